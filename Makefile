@@ -1,0 +1,31 @@
+# The two commands of the README:  `make demo`  and  `make test`.
+# Both create .venv on first use (Python >= 3.10 and pip are all that is needed).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# PyTorch is installed first and on its own; pin another build with e.g. `make TORCH=torch==2.6.0 test`.
+TORCH ?= torch==2.13.0
+export HYPOTHESIS_PROFILE ?= ci
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[test,bench]"
+	touch $@
+
+demo: setup
+	$(PY) -m minibass demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m minibass.bench decode
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

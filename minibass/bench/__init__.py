@@ -1,0 +1,1 @@
+"""Benchmarks (reported, never asserted): ``python -m minibass.bench {decode}``."""

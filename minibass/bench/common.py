@@ -1,0 +1,67 @@
+"""Helpers shared by the benchmarks: provenance for the JSON files, timing, tiny random checkpoints."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def provenance(device: str) -> dict:
+    """Where and how a result was measured: device, versions, date, the command."""
+    import transformers
+
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    if device.startswith("cuda"):
+        device_name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        device_name = f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    return {
+        "device": device_name,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "transformers": transformers.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m minibass.bench " + " ".join(sys.argv[1:]),
+    }
+
+
+def timed(fn, *, device: str) -> tuple[float, object]:
+    """Seconds one call of fn() takes (synchronising the GPU), and its result."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, result
+
+
+def write_json(path: str | Path, payload: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def random_llama(folder: str | Path, *, layers=4, hidden=256, heads=8, kv_heads=4, vocab=4096, seed=0,
+                 max_positions=2048) -> Path:
+    """Saves a random Llama checkpoint (transformers' own init) to ``folder`` and returns it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 8 * 8,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=max_positions, tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return Path(folder)

@@ -1,0 +1,152 @@
+"""Plain batched autoregressive decoding over ragged prompts — the baseline BASS speeds up.
+
+    prefill  all prompts in one forward step, packed without padding
+    decode   one token per active sequence per step; finished sequences go idle (q_len 0)
+
+The decoders use only the ``CausalLM`` protocol: ``vocab_size``, optional ``max_seq_len``,
+``init_cache(batch, capacity)`` and ``forward(tokens, q_lens, cache, attention=...)``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+from .sampling import SamplingParams, SeedStreams, probs, sample_from
+
+
+class Cache(Protocol):
+    lengths: Tensor  # long [B]
+
+    def truncate(self, lengths) -> None: ...
+
+
+class CausalLM(Protocol):
+    vocab_size: int
+
+    def init_cache(self, batch_size: int, capacity: int) -> Cache: ...
+
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: Cache, *, attention: str = "ragged") -> Tensor: ...
+
+
+IDLE = -1  # marks a sequence that did no work in a step, in ``GenerationStats.accepted``
+
+
+@dataclass
+class GenerationStats:
+    """What happened during one call of ``generate`` or ``speculative_generate``."""
+
+    steps: int = 0  # rounds that emitted tokens (one token per sequence each, for plain decoding)
+    target_calls: int = 0  # forward calls of the target (prefill included)
+    draft_calls: int = 0  # forward calls of the draft (prefill and catch-up included)
+    draft_lengths: list[int] = field(default_factory=list)  # the draft length used at each step
+    accepted: list[list[int]] = field(default_factory=list)  # [step][sequence], IDLE where idle
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
+    new_tokens: int = 0  # tokens returned, all sequences together
+    wall_time: float = 0.0  # seconds
+    time_split: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    speculative: bool = False
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Draft tokens accepted / proposed over active sequences (None for plain decoding)."""
+        if not self.speculative:
+            return None
+        return self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_time if self.wall_time else 0.0
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # new tokens per prompt (EOS included when hit)
+    stats: GenerationStats
+
+
+def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int) -> None:
+    """The ValueErrors the contract asks for, shared by both decoders."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+        raise ValueError("prompts must be a non-empty list of token-id lists")
+    for b, prompt in enumerate(prompts):
+        if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
+            raise ValueError(f"prompts[{b}] must be a non-empty list of token ids, got {prompt!r:.60}")
+        for model in models:
+            if any(not isinstance(t, int) or not 0 <= t < model.vocab_size for t in prompt):
+                raise ValueError(f"prompts[{b}] has token ids outside [0, {model.vocab_size})")
+            limit = getattr(model, "max_seq_len", None)
+            if limit is not None and len(prompt) + max_new_tokens > limit:
+                raise ValueError(f"prompts[{b}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) "
+                                 f"exceeds the model's max_seq_len ({limit})")
+
+
+def last_logits(logits: Tensor, q_lens: Tensor) -> Tensor:
+    """The logits of each sequence's last new token: [N, V] packed -> [B, V] (sequences with q_len > 0)."""
+    return logits[torch.cumsum(q_lens, 0) - 1]
+
+
+def finished_after(new_tokens: list[int], max_new_tokens: int, eos_token_id: int | None) -> bool:
+    return len(new_tokens) >= max_new_tokens or (eos_token_id is not None and bool(new_tokens)
+                                                and new_tokens[-1] == eos_token_id)
+
+
+@torch.no_grad()
+def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
+             sampling: SamplingParams = SamplingParams(), seed=None, attention: str = "ragged",
+             eos_token_id: int | None = None) -> GenerationResult:
+    """Batched autoregressive sampling from ``model``: exactly ``max_new_tokens`` new tokens per prompt,
+    or fewer when a sequence emits ``eos_token_id`` (kept).
+
+    seed: None, an int (sequence b uses stream ``stream_seed(seed, b)``) or one int per prompt
+    (then a prompt's output does not depend on the rest of the batch). See ``SeedStreams``.
+    """
+    check_request([model], prompts, max_new_tokens)
+    if not isinstance(sampling, SamplingParams):
+        raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    batch = len(prompts)
+    streams = SeedStreams(seed, batch)
+    out: list[list[int]] = [[] for _ in range(batch)]
+    stats = GenerationStats()
+    if max_new_tokens == 0:
+        return GenerationResult(out, stats)
+    started = time.perf_counter()
+    cache = model.init_cache(batch, max(len(p) for p in prompts) + max_new_tokens)
+
+    # Prefill: every prompt in one packed step.
+    q_lens = torch.tensor([len(p) for p in prompts])
+    tokens = torch.tensor([t for p in prompts for t in p])
+    logits = model.forward(tokens, q_lens.to(cache.lengths.device), cache, attention=attention)
+    stats.target_calls += 1
+    active = list(range(batch))
+    next_logits = last_logits(logits, q_lens.to(logits.device))  # (B_active, V)
+
+    while active:
+        p = probs(next_logits, sampling)  # (B_active, V)
+        new = sample_from(p, streams.uniform(active)[:, 0]).tolist()
+        stats.steps += 1
+        for b, t in zip(active, new):
+            out[b].append(t)
+        active = [b for b in active if not finished_after(out[b], max_new_tokens, eos_token_id)]
+        if not active:
+            break
+        # Decode step: one token for each active sequence, idle (q_len 0) for the finished ones.
+        q_lens = torch.zeros(batch, dtype=torch.long)
+        q_lens[active] = 1
+        tokens = torch.tensor([out[b][-1] for b in active])
+        next_logits = model.forward(tokens, q_lens.to(cache.lengths.device), cache, attention=attention)
+        stats.target_calls += 1
+    stats.new_tokens = sum(len(o) for o in out)
+    stats.wall_time = time.perf_counter() - started
+    return GenerationResult(out, stats)

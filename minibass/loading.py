@@ -1,0 +1,164 @@
+"""Loading local Hugging Face checkpoints of the Llama family into ``minibass.model.Decoder``.
+
+Only ``config.json`` and ``*.safetensors`` are read; nothing is ever unpickled. A config that
+asks for something the decoder does not compute (another architecture, another activation,
+an unknown rope scaling, quantisation) is refused instead of being run approximately.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .model import Decoder, ModelConfig, rope_inv_freq
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+def _rope_settings(raw: dict) -> tuple[float, dict | None]:
+    """(rope_theta, rope_scaling) from a transformers 4.x (rope_theta/rope_scaling) or 5.x (rope_parameters) config."""
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:  # transformers >= 5
+        scaling = dict(params)
+        theta = float(scaling.pop("rope_theta"))
+    else:
+        theta = float(raw.get("rope_theta", 10000.0))
+        scaling = dict(raw.get("rope_scaling") or {})
+    if "type" in scaling and "rope_type" not in scaling:  # older spelling
+        scaling["rope_type"] = scaling.pop("type")
+    kind = scaling.get("rope_type", "default")
+    if kind == "default":
+        return theta, None
+    if kind not in ("linear", "llama3"):
+        raise ValueError(f"rope scaling {kind!r} is not implemented by minibass (supported: default, linear, "
+                         f"llama3); refusing to load rather than compute different logits")
+    return theta, scaling
+
+
+def _window(raw: dict) -> int | None:
+    """The sliding-attention window this config really uses, or None."""
+    model_type = raw["model_type"]
+    window = raw.get("sliding_window")
+    if model_type == "qwen2" and not raw.get("use_sliding_window", False):
+        return None
+    layer_types = raw.get("layer_types")
+    if layer_types is not None and "sliding_attention" not in layer_types and model_type != "mistral":
+        return None
+    return int(window) if window else None
+
+
+def config_from_hf(raw: dict) -> ModelConfig:
+    """Translates a Hugging Face ``config.json`` dict into a ``ModelConfig``, refusing what the decoder cannot do."""
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"unsupported architecture model_type={model_type!r}; minibass loads "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"hidden_act={act!r} is not supported (the Llama family uses 'silu')")
+    if raw.get("quantization_config"):
+        raise ValueError("quantized checkpoints (quantization_config) are not supported; load the full-precision weights")
+    theta, scaling = _rope_settings(raw)
+    max_pos = int(raw.get("max_position_embeddings", 2048))
+    window = _window(raw)
+    if window is not None and window < max_pos:
+        # Sliding-window attention only differs from full attention once a sequence is longer
+        # than the window, so the decoder is exact up to `window` tokens and refuses beyond.
+        warnings.warn(f"{model_type} config uses sliding-window attention (window {window}); minibass computes "
+                      f"full attention, which is identical up to {window} tokens, so max_seq_len is set to {window}")
+        max_pos = window
+    n_heads = int(raw["num_attention_heads"])
+    qkv_bias = bool(raw.get("attention_bias", False)) or model_type == "qwen2"
+    return ModelConfig(
+        vocab_size=int(raw["vocab_size"]),
+        hidden_size=int(raw["hidden_size"]),
+        intermediate_size=int(raw["intermediate_size"]),
+        num_hidden_layers=int(raw["num_hidden_layers"]),
+        num_attention_heads=n_heads,
+        num_key_value_heads=int(raw.get("num_key_value_heads") or n_heads),
+        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // n_heads),
+        max_position_embeddings=max_pos,
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        qkv_bias=qkv_bias,
+        o_bias=bool(raw.get("attention_bias", False)),
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        model_type=model_type,
+    )
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise FileNotFoundError(f"{index} lists shards that are missing: {missing}")
+        return files
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return files
+    pickled = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+    if pickled:
+        raise FileNotFoundError(
+            f"{folder} has only pickled weights ({', '.join(pickled)}); minibass never unpickles files. Convert "
+            f"them once, in an environment you trust, with: "
+            f"AutoModelForCausalLM.from_pretrained(path).save_pretrained(path, safe_serialization=True)")
+    raise FileNotFoundError(f"no *.safetensors weights found in {folder}")
+
+
+def load_model(path, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Decoder:
+    """Loads a local Llama / Mistral / Qwen2 checkpoint folder into minibass's decoder.
+
+    path: folder with ``config.json`` and ``model.safetensors`` (or a sharded index).
+    dtype: parameter dtype, default float32. device: default CPU.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint folder not found: {folder}")
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
+    config = config_from_hf(json.loads(config_path.read_text()))
+    files = _weight_files(folder)
+    dtype = dtype or torch.float32
+    device = torch.device(device or "cpu")
+
+    with torch.device("meta"):
+        model = Decoder(config)
+    state = {}
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                state[name] = f.get_tensor(name)
+    state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints store it
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    expected = set(model.state_dict().keys()) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {folder} does not match a {config.model_type} decoder: "
+                         f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                         f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.inv_freq = rope_inv_freq(config)  # the buffer was built on the meta device
+    return model.to(device).eval()
+
+
+def load_tokenizer(path):
+    """The ``transformers`` tokenizer saved in a local checkpoint folder (never downloads)."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder not found: {folder}")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

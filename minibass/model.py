@@ -1,0 +1,245 @@
+"""A compact Llama-family decoder (Llama, Mistral, Qwen2) over packed, ragged token batches.
+
+One forward step takes ``q_lens[b]`` new tokens for every sequence ``b``, concatenated into
+one flat tensor: embeddings, projections, norms and the MLP see ``[N, ...]`` with
+``N = q_lens.sum()`` and no padding at all. Only attention needs to know which token belongs
+to which sequence; it reads the per-sequence KV cache through one of the backends in
+``minibass.attention``, chosen by name.
+
+Module names mirror Hugging Face's (``model.layers.0.self_attn.q_proj`` ...) so a checkpoint's
+state dict loads as it is (see ``minibass.loading``).
+
+Shapes: B batch, N packed new tokens, H heads, Hk kv heads, D head dim, C cache capacity,
+V vocab, E hidden size, F MLP size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .attention import BACKENDS
+from .cache import KVCache
+
+
+@dataclass
+class ModelConfig:
+    """What the decoder needs to know; ``minibass.loading.config_from_hf`` builds it from config.json."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # None, {"rope_type": "linear", "factor"} or Llama-3 {"rope_type": "llama3", ...}
+    qkv_bias: bool = False  # Qwen2: True
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    model_type: str = "llama"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"config {name} must be a positive int, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                             f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head_dim, got {self.head_dim}")
+        kind = (self.rope_scaling or {}).get("rope_type", "default")
+        if kind not in ("default", "linear", "llama3"):
+            raise ValueError(f"rope scaling type {kind!r} is not implemented (supported: default, linear, llama3)")
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 as in Llama."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32) if dtype != torch.float64 else x
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> Tensor:
+    """Rotary inverse frequencies [D/2]: theta^(-2i/D), adjusted by the checkpoint's rope scaling."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))  # (D/2,)
+    scaling = config.rope_scaling or {}
+    kind = scaling.get("rope_type", "default")
+    if kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind == "llama3":
+        # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, the band between
+        # them interpolated smoothly (Meta's reference `apply_scaling`).
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
+        inv_freq = torch.where(mid, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+    return inv_freq
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotates pairs (x[i], x[i + D/2]) by the position's angle (Hugging Face's rotate_half layout).
+
+    x: [N, H, D]; cos, sin: [N, D/2].
+    """
+    x1, x2 = x.chunk(2, dim=-1)  # (N, H, D/2) each
+    cos, sin = cos[:, None, :], sin[:, None, :]  # (N, 1, D/2)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads,
+                                                        config.num_key_value_heads, config.head_dim)
+        e, d = config.hidden_size, config.head_dim
+        self.q_proj = nn.Linear(e, self.n_heads * d, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(e, self.n_kv_heads * d, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(e, self.n_kv_heads * d, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.n_heads * d, e, bias=config.o_bias)
+
+    def forward(self, x: Tensor, step: "Step", k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.n_heads, self.head_dim)  # (N, H, D)
+        k = self.k_proj(x).view(n, self.n_kv_heads, self.head_dim)  # (N, Hk, D)
+        v = self.v_proj(x).view(n, self.n_kv_heads, self.head_dim)  # (N, Hk, D)
+        q, k = apply_rope(q, step.cos, step.sin), apply_rope(k, step.cos, step.sin)
+        # Append each token's key/value at its own sequence's next free slot.
+        k_cache[step.seq_ids, :, step.positions] = k  # k_cache: (B, Hk, C, D)
+        v_cache[step.seq_ids, :, step.positions] = v
+        out = step.attention(q, k_cache, v_cache, step.q_lens, step.kv_lens)  # (N, H, D)
+        return self.o_proj(out.reshape(n, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        e, f = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(e, f, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(e, f, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(f, e, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, step: "Step", k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), step, k_cache, v_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """Hugging Face's ``model.`` prefix: embeddings, layers, final norm."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+@dataclass
+class Step:
+    """Per-step metadata computed once and shared by every layer."""
+
+    seq_ids: Tensor  # long [N]: which sequence each packed token belongs to
+    positions: Tensor  # long [N]: absolute position of each token in its sequence
+    q_lens: Tensor  # long [B]
+    kv_lens: Tensor  # long [B]: cache lengths after this step's tokens are appended
+    cos: Tensor  # [N, D/2]
+    sin: Tensor  # [N, D/2]
+    attention: object  # the backend function
+
+
+class Decoder(nn.Module):
+    """A Llama-family causal LM implementing minibass's ``CausalLM`` protocol."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)  # float64 (D/2,)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.config.max_position_embeddings
+
+    def init_cache(self, batch_size: int, capacity: int) -> KVCache:
+        """An empty cache for ``batch_size`` sequences of up to ``capacity`` tokens, in the model's dtype/device."""
+        w = self.lm_head.weight
+        c = self.config
+        return KVCache(c.num_hidden_layers, batch_size, c.num_key_value_heads, capacity, c.head_dim,
+                       dtype=w.dtype, device=w.device)
+
+    @torch.no_grad()
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: KVCache, *, attention: str = "ragged") -> Tensor:
+        """tokens: long [N] packed; q_lens: [B]. Returns logits [N, V] and advances ``cache.lengths``."""
+        if attention not in BACKENDS:
+            raise ValueError(f"attention must be one of {sorted(BACKENDS)}, got {attention!r}")
+        device = self.lm_head.weight.device
+        tokens = torch.as_tensor(tokens, device=device)
+        q_lens = torch.as_tensor(q_lens, device=device).long()
+        if tokens.dim() != 1 or q_lens.dim() != 1 or q_lens.shape[0] != cache.batch_size:
+            raise ValueError(f"tokens must be [N] and q_lens [batch={cache.batch_size}], "
+                             f"got {tuple(tokens.shape)} and {tuple(q_lens.shape)}")
+        if int(q_lens.sum()) != tokens.shape[0] or (q_lens < 0).any():
+            raise ValueError(f"q_lens {q_lens.tolist()} must be >= 0 and sum to len(tokens) = {tokens.shape[0]}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(tokens.min())} "
+                             f"max {int(tokens.max())}")
+        kv_lens = cache.lengths + q_lens
+        if (kv_lens > cache.capacity).any():
+            raise ValueError(f"cache capacity {cache.capacity} exceeded: lengths would become {kv_lens.tolist()}")
+        if (kv_lens > self.max_seq_len).any():
+            raise ValueError(f"sequence length would exceed max_seq_len={self.max_seq_len}: {kv_lens.tolist()}")
+
+        seq_ids = torch.repeat_interleave(torch.arange(cache.batch_size, device=device), q_lens)  # (N,)
+        starts = torch.cumsum(q_lens, 0) - q_lens  # (B,) first packed index of each sequence
+        positions = cache.lengths[seq_ids] + torch.arange(tokens.shape[0], device=device) - starts[seq_ids]  # (N,)
+        angles = positions[:, None].to(torch.float64) * self.inv_freq[None, :]  # (N, D/2), float64 for exactness
+        x = self.model.embed_tokens(tokens)  # (N, E)
+        step = Step(seq_ids, positions, q_lens, kv_lens, angles.cos().to(x.dtype), angles.sin().to(x.dtype),
+                    BACKENDS[attention])
+        for layer, k_cache, v_cache in zip(self.model.layers, cache.k, cache.v):
+            x = layer(x, step, k_cache, v_cache)  # (N, E)
+        cache.lengths = kv_lens
+        return self.lm_head(self.model.norm(x))  # (N, V)

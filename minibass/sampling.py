@@ -1,0 +1,132 @@
+"""Sampling: from logits to the distribution actually sampled from, and one draw per sequence.
+
+Dimension letters used throughout minibass: B batch, H heads, Hk kv heads, T positions,
+D head dim, V vocab, k draft length.
+
+Two rules matter for speculative decoding and are kept here in one place:
+
+1. ``probs(logits, params)`` returns the distribution a token is *actually* drawn from
+   (temperature, then top-k, then top-p, renormalised; one-hot for greedy). The rejection
+   step compares exactly these distributions on both sides, so both models must go
+   through this one function with the same ``SamplingParams``.
+2. Randomness is per sequence. ``SeedStreams`` gives sequence ``b`` its own
+   ``torch.Generator``; a draw for sequence ``b`` never consumes another sequence's
+   numbers, so what a sequence samples does not depend on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are drawn.
+
+    temperature: 0 means greedy (argmax, first index on ties); otherwise logits / temperature.
+    top_k: keep tokens whose probability is at least the k-th largest (ties kept); 0 disables.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1.0 disables.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {self.top_k!r}")
+        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
+    """The distribution actually sampled from: temperature -> top-k -> top-p -> renormalise.
+
+    logits: [..., V] float. Returns [..., V] in float32, or float64 if logits are float64.
+    Greedy (temperature 0) returns the one-hot vector at the argmax.
+    """
+    if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() < 1:
+        raise ValueError(f"logits must be a floating-point tensor [..., V], got {type(logits).__name__}"
+                         f"{tuple(logits.shape) if torch.is_tensor(logits) else ''}")
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+    work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(work_dtype)
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(work_dtype)
+
+    p = torch.softmax(logits / params.temperature, dim=-1)  # [..., V]
+    if 0 < params.top_k < p.shape[-1]:
+        kth = torch.topk(p, params.top_k, dim=-1).values[..., -1:]  # [..., 1], the k-th largest
+        p = torch.where(p >= kth, p, torch.zeros_like(p))  # ties with the k-th are kept
+        p = p / p.sum(-1, keepdim=True)
+    if params.top_p < 1.0:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True, stable=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of strictly more likely tokens
+        keep_sorted = mass_before < params.top_p  # the first token is always kept
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        p = torch.where(keep, p, torch.zeros_like(p))
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def sample_from(p: Tensor, u: Tensor) -> Tensor:
+    """Inverse-CDF sampling: one token per row of ``p`` from uniforms ``u``.
+
+    p: [N, V] probabilities (rows need not be exactly normalised); u: [N] in [0, 1).
+    Returns long [N]. A token with zero probability is never returned.
+    """
+    cdf = p.to(torch.float64).cumsum(-1)  # [N, V]
+    target = u.to(cdf.device, torch.float64) * cdf[:, -1]  # [N], strictly below the total mass
+    idx = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)  # first i with cdf[i] > target
+    # Rounding can push target onto the total; fall back to the last token with mass.
+    last_positive = (p.shape[-1] - 1) - (p > 0).flip(-1).to(torch.int8).argmax(-1)
+    return torch.minimum(idx, last_positive)
+
+
+def stream_seed(seed: int, index: int) -> int:
+    """The seed of sequence ``index``'s random stream under batch seed ``seed`` (NumPy SeedSequence mixing)."""
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class SeedStreams:
+    """One independent random stream per sequence.
+
+    ``seed`` may be:
+      * an int ``s`` — sequence ``b`` uses ``stream_seed(s, b)``;
+      * a sequence of ints, one per prompt — sequence ``b`` uses exactly ``seed[b]``, so a
+        prompt's samples do not depend on what else is in the batch;
+      * None — fresh entropy.
+    Streams live on the CPU and hand out float64 uniforms; only sequences that draw consume numbers.
+    """
+
+    def __init__(self, seed: int | Sequence[int] | None, batch_size: int):
+        if seed is None:
+            seeds = [int(s) for s in np.random.SeedSequence().generate_state(batch_size, np.uint64) >> 1]
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [stream_seed(int(seed), b) for b in range(batch_size)]
+        elif isinstance(seed, Sequence) and all(isinstance(s, (int, np.integer)) for s in seed):
+            if len(seed) != batch_size:
+                raise ValueError(f"seed: got {len(seed)} per-prompt seeds for {batch_size} prompts")
+            seeds = [int(s) for s in seed]
+        else:
+            raise ValueError(f"seed must be None, an int, or a list of ints (one per prompt), got {seed!r}")
+        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+    def uniform(self, rows: Sequence[int] | Tensor, n: int = 1) -> Tensor:
+        """Draws ``n`` uniforms in [0, 1) for each sequence in ``rows``; returns float64 [len(rows), n]."""
+        rows = rows.tolist() if torch.is_tensor(rows) else list(rows)
+        if not rows:
+            return torch.empty(0, n, dtype=torch.float64)
+        return torch.stack([torch.rand(n, generator=self.generators[b], dtype=torch.float64) for b in rows])

@@ -1,0 +1,54 @@
+"""Shared fixtures: hypothesis profiles and tiny checkpoints the tests build themselves (no downloads)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+# `ci` (the default, used by `make test`): derandomized, bounded, reproducible.
+# `thorough`: many more random examples for long local runs: HYPOTHESIS_PROFILE=thorough make test
+settings.register_profile("ci", derandomize=True, max_examples=30, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=1000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def hf_tiny(kind: str = "llama", *, seed: int = 0, **overrides):
+    """A tiny random transformers model of the given family (float32, eval mode)."""
+    import transformers
+
+    classes = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    }
+    config_cls, model_cls = classes[kind]
+    kwargs = dict(vocab_size=97, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=False)
+    kwargs.update(overrides)
+    torch.manual_seed(seed)
+    config = config_cls(**kwargs)
+    model = model_cls(config).eval()
+    # Random init gives near-uniform logits; widen them so that sampling tests have something to see.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.15)
+    return model
+
+
+@pytest.fixture
+def save_hf(tmp_path):
+    """save_hf(hf_model, name) -> folder with config.json + model.safetensors."""
+
+    def save(model, name="ckpt", **kwargs):
+        folder = tmp_path / name
+        model.save_pretrained(folder, **kwargs)
+        return folder
+
+    return save

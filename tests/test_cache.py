@@ -1,0 +1,78 @@
+"""Cache bookkeeping: any interleaving of ragged appends and per-sequence rollbacks leaves each
+sequence's cache exactly as if its surviving tokens had been prefilled from scratch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from minibass import KVCache
+from minibass.model import Decoder, ModelConfig
+
+CONFIG = ModelConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=4, max_position_embeddings=64)
+CAPACITY = 24
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return Decoder(CONFIG).double().eval()
+
+
+@st.composite
+def operations(draw):
+    batch = draw(st.integers(1, 4))
+    ops = []
+    lengths = [0] * batch
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()) or max(lengths) == 0:
+            room = [min(4, CAPACITY - 1 - n) for n in lengths]  # keep one slot for the final check
+            q_lens = [draw(st.integers(0, r)) for r in room]
+            tokens = [[draw(st.integers(0, CONFIG.vocab_size - 1)) for _ in range(q)] for q in q_lens]
+            ops.append(("append", tokens))
+            lengths = [n + q for n, q in zip(lengths, q_lens)]
+        else:
+            lengths = [draw(st.integers(0, n)) for n in lengths]
+            ops.append(("truncate", list(lengths)))
+    return batch, ops
+
+
+@given(operations())
+def test_append_and_truncate_match_a_fresh_prefill(model, case):
+    batch, ops = case
+    cache = model.init_cache(batch, CAPACITY)
+    kept = [[] for _ in range(batch)]  # the tokens each sequence should still have cached
+    for kind, arg in ops:
+        if kind == "append":
+            model(torch.tensor([t for seq in arg for t in seq], dtype=torch.long),
+                  torch.tensor([len(seq) for seq in arg]), cache, attention="naive")
+            kept = [k + seq for k, seq in zip(kept, arg)]
+        else:
+            cache.truncate(arg)
+            kept = [k[:n] for k, n in zip(kept, arg)]
+        assert cache.lengths.tolist() == [len(k) for k in kept]
+    # One more token for every sequence: its logits must equal a fresh prefill of the kept tokens.
+    probe = [(7 * b + 1) % CONFIG.vocab_size for b in range(batch)]
+    logits = model(torch.tensor(probe), torch.ones(batch, dtype=torch.long), cache, attention="naive")
+    for b in range(batch):
+        fresh_tokens = kept[b] + [probe[b]]
+        fresh = model(torch.tensor(fresh_tokens), torch.tensor([len(fresh_tokens)]), model.init_cache(1, CAPACITY),
+                      attention="naive")
+        torch.testing.assert_close(logits[b], fresh[-1], rtol=0, atol=1e-12)
+
+
+def test_truncate_refuses_to_grow():
+    cache = KVCache(1, 2, 1, 8, 4)
+    cache.lengths = torch.tensor([3, 5])
+    with pytest.raises(ValueError, match="truncate: lengths must be in \\[0, current\\]"):
+        cache.truncate([4, 5])
+    with pytest.raises(ValueError, match="must have shape"):
+        cache.truncate([1])
+
+
+def test_capacity_overflow_is_an_error(model):
+    cache = model.init_cache(1, 4)
+    with pytest.raises(ValueError, match="capacity 4 exceeded"):
+        model(torch.arange(5), torch.tensor([5]), cache, attention="naive")

@@ -1,0 +1,157 @@
+"""SamplingParams, probs() and the sampler: properties, and a chi-square test with demonstrated power."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+from scipy import stats
+
+import minibass
+from minibass.sampling import SamplingParams, probs, sample_from
+from conftest import hf_tiny
+
+ALPHA = 1e-6  # false-alarm rate of every statistical test in this file
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(temperature=-0.5), "temperature"), (dict(temperature=float("nan")), "temperature"),
+    (dict(top_k=-1), "top_k"), (dict(top_k=2.5), "top_k"),
+    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+])
+def test_invalid_sampling_params(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+@st.composite
+def logits_and_params(draw):
+    vocab = draw(st.integers(1, 12))
+    rows = draw(st.integers(1, 4))
+    values = draw(st.lists(st.lists(st.floats(-8, 8), min_size=vocab, max_size=vocab), min_size=rows, max_size=rows))
+    params = SamplingParams(temperature=draw(st.sampled_from([0.0, 0.3, 1.0, 2.0])),
+                            top_k=draw(st.integers(0, vocab + 1)),
+                            top_p=draw(st.sampled_from([1.0, 0.9, 0.5, 0.05])))
+    return torch.tensor(values, dtype=torch.float64), params
+
+
+@given(logits_and_params())
+def test_probs_properties(case):
+    logits, params = case
+    p = probs(logits, params)
+    assert p.shape == logits.shape and p.dtype == torch.float64
+    assert torch.allclose(p.sum(-1), torch.ones(len(p), dtype=torch.float64), atol=1e-12)
+    assert (p >= 0).all()
+    if params.greedy:
+        assert ((p == 1).sum(-1) == 1).all() and (p.argmax(-1) == logits.argmax(-1)).all()
+        return
+    full = torch.softmax(logits / params.temperature, -1)
+    for row, full_row in zip(p, full):
+        support = row > 0
+        assert support[full_row.argmax()]  # the most likely token always survives
+        # Every kept token is at least as likely as every dropped one.
+        if (~support).any():
+            assert full_row[support].min() >= full_row[~support].max()
+        if 0 < params.top_k:
+            kth = torch.sort(full_row, descending=True).values[min(params.top_k, len(full_row)) - 1]
+            assert support.sum() <= (full_row >= kth).sum()  # ties with the k-th kept, nothing more
+        if params.top_p < 1.0 and params.top_k == 0:
+            kept_mass = full_row[support].sum()
+            assert kept_mass >= params.top_p - 1e-12
+            # Minimality: dropping the least likely kept token would fall short of top_p.
+            assert kept_mass - full_row[support].min() < params.top_p + 1e-12
+        # Kept tokens keep their relative odds.
+        ratio = row[support] / full_row[support]
+        assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-9)
+
+
+def test_top_k_keeps_ties():
+    p = probs(torch.log(torch.tensor([[0.4, 0.2, 0.2, 0.2]])), SamplingParams(top_k=2))
+    assert (p > 0).sum() == 4  # the 2nd-largest value is tied three ways: all are kept
+
+
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=9), st.floats(0, 1, exclude_max=True))
+def test_sample_from_never_returns_a_zero_probability_token(weights, u):
+    p = torch.tensor(weights, dtype=torch.float64)
+    if p.sum() == 0:
+        p[0] = 1.0
+    token = sample_from(p[None], torch.tensor([u]))[0]
+    assert p[token] > 0
+
+
+# --- the sampler against the exact distribution of two tokens, by chi-square ----------------------
+
+PROMPT = [3, 1, 4]
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_model(tmp_path_factory):
+    hf = hf_tiny("llama", vocab_size=6, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                 num_attention_heads=2, num_key_value_heads=1, seed=3)
+    with torch.no_grad():
+        hf.lm_head.weight.mul_(8)  # a peaked, far from uniform, next-token distribution
+    folder = tmp_path_factory.mktemp("tiny_vocab")
+    hf.save_pretrained(folder)
+    return minibass.load_model(folder, dtype=torch.float64)
+
+
+def exact_two_token_distribution(model, prompt, params):
+    """P(t1, t2 | prompt) computed from the model's logits: [V, V] float64."""
+    vocab = model.vocab_size
+
+    def next_probs(context):
+        logits = model(torch.tensor(context), torch.tensor([len(context)]), model.init_cache(1, 16),
+                       attention="naive")
+        return probs(logits[-1], params)
+
+    p1 = next_probs(prompt)
+    return torch.stack([p1[a] * next_probs(prompt + [a]) for a in range(vocab)]).numpy()
+
+
+def chi_square_pvalue(observed_pairs, exact, min_expected=5.0):
+    """Pearson chi-square of observed (t1, t2) pairs against the exact joint; cells with small expectation pooled."""
+    n = len(observed_pairs)
+    counts = np.zeros_like(exact)
+    for a, b in observed_pairs:
+        counts[a, b] += 1
+    expected, observed = (exact * n).ravel(), counts.ravel()
+    if observed[expected == 0].sum() > 0:
+        return 0.0  # a sample landed where the exact probability is 0: certainly wrong
+    big = expected >= min_expected
+    exp_cells = np.append(expected[big], expected[~big].sum())
+    obs_cells = np.append(observed[big], observed[~big].sum())
+    if exp_cells[-1] == 0:
+        exp_cells, obs_cells = exp_cells[:-1], obs_cells[:-1]
+    return stats.chisquare(obs_cells, exp_cells).pvalue
+
+
+N_SAMPLES = 3000
+
+
+def sampled_pairs(model, params, seed):
+    result = minibass.generate(model, [PROMPT] * N_SAMPLES, 2, sampling=params, seed=seed, attention="naive")
+    return [tuple(t) for t in result.tokens]
+
+
+PARAMS = [SamplingParams(temperature=0.7), SamplingParams(temperature=1.3, top_k=3),
+          SamplingParams(temperature=1.0, top_p=0.8)]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=str)
+def test_sampler_matches_exact_two_token_distribution(tiny_vocab_model, params):
+    exact = exact_two_token_distribution(tiny_vocab_model, PROMPT, params)
+    pvalue = chi_square_pvalue(sampled_pairs(tiny_vocab_model, params, seed=11), exact)
+    assert pvalue > ALPHA, f"p-value {pvalue:.2e}"
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=str)
+def test_chi_square_catches_a_sampler_that_ignores_the_warping(tiny_vocab_model, params):
+    """Power: the same test, fed samples drawn at plain temperature 1, must reject."""
+    exact = exact_two_token_distribution(tiny_vocab_model, PROMPT, params)
+    pvalue = chi_square_pvalue(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11), exact)
+    print(f"broken sampler ({params} ignored): p = {pvalue:.2e}")
+    assert pvalue < ALPHA
+
+

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--attention", default="naive")
+    p.add_argument("--attention", default="split", choices=["naive", "padded", "split", "ragged"],
+                   help="attention backend (ragged runs in Triton's interpreter on the CPU: slow)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=demo)

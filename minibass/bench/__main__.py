@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHMARKS = {"decode": "minibass.bench.decode"}
+BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention"}
 
 
 def main(argv=None):

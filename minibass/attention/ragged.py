@@ -1,0 +1,106 @@
+"""Ragged attention in one Triton kernel launch: no padding computed, no launch per sequence.
+
+Motivation. After a speculative step each sequence has its own number of new queries
+(``q_lens[b]``) and cached keys (``kv_lens[b]``). PAD wastes FLOPs on padding; SPLIT wastes
+launches. This kernel reads the lengths itself: one program per (sequence b, kv head hk,
+block of query rows), looping over exactly the keys that block may see.
+
+Rows of a program. With grouped-query attention, the G = H / Hk query heads that share kv head
+``hk`` read the same K and V, so a program stacks them: row r of the tile is query
+``r // G`` of the sequence, query head ``hk * G + r % G``. A decode step (one query) with G = 4
+already fills 4 rows of the tile, and K/V are loaded once for all G heads (GQA without copies).
+
+Online softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022). Over KV blocks
+j = 1, 2, ... each row keeps a running max ``m_i``, normaliser ``l_i`` and output ``acc``:
+
+    m_new = max(m_i, rowmax(S_j))
+    P_j   = exp(S_j - m_new)
+    l_i   = l_i * exp(m_i - m_new) + rowsum(P_j)
+    acc   = acc * exp(m_i - m_new) + P_j V_j
+    out   = acc / l_i                                 (after the last block)
+
+Causality. Query i of sequence b sits at position ``kv_lens[b] - q_lens[b] + i``; a block
+stops looping at the last key its last row may see, and masks the rest to -inf. Keys at or
+beyond ``kv_lens[b]`` are never loaded (masked loads), so stale cache slots — even NaN — cannot
+leak in.
+
+Cost: the useful FLOPs (plus at most one partial KV block and one partial row block per
+program), one launch per layer, K and V read once per kv head and query block.
+
+Where it runs. On CUDA tensors the kernel is compiled by ``triton.jit``. On CPU tensors,
+minibass wraps the same Python function in Triton's interpreter
+(``triton.runtime.interpreter.InterpretedFunction``) itself, so no ``TRITON_INTERPRET=1`` is
+needed; the interpreter runs the kernel with NumPy, correct but slow. Where Triton is not
+installed, calling this backend raises ImportError with an install hint; the others still work.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import check_inputs
+
+class _Kernels:
+    """The compiled (CUDA) and interpreted (CPU) forms of the one kernel, built on first use."""
+
+    compiled = None
+    interpreted = None
+
+    @classmethod
+    def get(cls, on_cpu: bool):
+        try:
+            import triton
+            from .ragged_kernel import ragged_attention_kernel
+        except ImportError as error:
+            raise ImportError("the 'ragged' attention backend needs Triton (pip install 'triton>=3.0'); "
+                              "the 'naive', 'padded' and 'split' backends work without it") from error
+        if on_cpu:
+            if cls.interpreted is None:
+                from triton.runtime.interpreter import InterpretedFunction
+                cls.interpreted = InterpretedFunction(ragged_attention_kernel)
+            return cls.interpreted
+        if cls.compiled is None:
+            cls.compiled = triton.jit(ragged_attention_kernel)
+        return cls.compiled
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
+           *, scale: float | None = None) -> Tensor:
+    """Ragged attention as one Triton launch. Shapes: see ``minibass.attention.base``."""
+    scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError(f"q dtype must be float16, bfloat16, float32 or float64 for 'ragged', got {q.dtype}")
+    on_cpu = q.device.type == "cpu"
+    batch, n_kv_heads, _, head_dim = k_cache.shape
+    group = q.shape[1] // n_kv_heads
+    if q.shape[0] == 0:
+        return torch.empty_like(q)
+    # The kernel indexes the head dimension with stride 1.
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (total_q, H, D), contiguous
+    k_cache = k_cache if k_cache.stride(-1) == 1 else k_cache.contiguous()
+    v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
+    q_lens, kv_lens = q_lens.to(torch.int32), kv_lens.to(torch.int32)
+    q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens  # exclusive prefix sum
+
+    rows = int(q_lens.max()) * group  # most (query, head) rows any sequence has
+    block_m = 16 if rows <= 16 else 64  # tl.dot needs every tile dimension >= 16 on a GPU
+    block_n = 64
+    block_d = max(16, _next_power_of_2(head_dim))
+    upcast = on_cpu or q.dtype in (torch.float32, torch.float64)
+    precision = "ieee"  # float32 stays float32: no TF32 unless the caller converts first
+    kernel = _Kernels.get(on_cpu)
+    grid = (batch, n_kv_heads, -(-rows // block_m))  # ceil(rows / block_m) row blocks
+    kernel[grid](
+        q, k_cache, v_cache, out, q_starts, q_lens, kv_lens, float(scale),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        UPCAST=upcast, PRECISION=precision,
+    )
+    return out

@@ -1,0 +1,127 @@
+"""All four attention backends against a float64 run of the naive specification.
+
+Inputs are ragged (idle sequences, prefill with q_len == kv_len, decode with q_len == 1),
+the cache has spare capacity filled with NaN/inf that must never leak in, and heads cover
+MHA, GQA and MQA. The Triton kernel runs through the interpreter on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from minibass.attention import BACKENDS, cost, naive
+
+# Tolerance per dtype: the backends may sum in another order than the float64 reference, and
+# low-precision outputs are rounded once to the output dtype (bf16 keeps 8 bits of mantissa).
+ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, *, capacity=None, dtype=torch.float32, seed=0):
+    """Packed q and a cache whose slots beyond kv_lens are poisoned with NaN and inf."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(q_lens)
+    capacity = capacity or max(kv_lens) + 7
+    q = torch.randn(sum(q_lens), n_heads, head_dim, generator=g)
+    k = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g)
+    v = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g)
+    for b, n in enumerate(kv_lens):
+        k[b, :, n:] = float("nan")
+        v[b, :, n:] = float("inf")
+    return (q.to(dtype), k.to(dtype), v.to(dtype), torch.tensor(q_lens), torch.tensor(kv_lens))
+
+
+def reference(q, k, v, q_lens, kv_lens):
+    return naive(q.double(), k.double(), v.double(), q_lens, kv_lens)
+
+
+def assert_matches_reference(name, q, k, v, q_lens, kv_lens):
+    out = BACKENDS[name](q, k, v, q_lens, kv_lens)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all(), f"{name}: non-finite output (stale cache leaked?)"
+    err = (out.double() - reference(q, k, v, q_lens, kv_lens)).abs().max().item() if out.numel() else 0.0
+    assert err <= ATOL[q.dtype], f"{name} {q.dtype}: max abs error {err:.3g} > {ATOL[q.dtype]}"
+
+
+@st.composite
+def ragged_batches(draw):
+    batch = draw(st.integers(1, 12))
+    kv_lens = [draw(st.integers(1, 300)) for _ in range(batch)]
+    q_lens = [draw(st.integers(0, min(9, kv))) for kv in kv_lens]
+    if draw(st.booleans()):  # one sequence prefilling its whole cache
+        b = draw(st.integers(0, batch - 1))
+        kv_lens[b] = q_lens[b] = draw(st.integers(1, 40))
+    n_kv_heads = draw(st.sampled_from([1, 2, 4]))
+    group = draw(st.sampled_from([1, 2, 4]))  # MHA (1), GQA, MQA when n_kv_heads == 1
+    head_dim = draw(st.sampled_from([16, 32, 64, 128, 59]))
+    return q_lens, kv_lens, n_kv_heads * group, n_kv_heads, head_dim
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
+@settings(max_examples=25)
+def test_backends_match_the_float64_specification(name, case, dtype):
+    q_lens, kv_lens, n_heads, n_kv_heads, head_dim = case
+    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype=dtype))
+
+
+GRID = {
+    "odd-lengths": ([1, 3, 2], [1, 97, 257]),
+    "decode": ([1] * 5, [5, 64, 65, 130, 7]),
+    "all-equal": ([4] * 4, [50] * 4),
+    "one-long-many-short": ([2] * 8, [1000] + [3] * 7),
+    "idle-and-prefill": ([0, 9, 0, 6], [12, 9, 1, 40]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+@pytest.mark.parametrize("shape", sorted(GRID))
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)], ids=["mha", "gqa", "mqa"])
+def test_backends_on_an_explicit_grid(name, shape, heads):
+    q_lens, kv_lens = GRID[shape]
+    assert_matches_reference(name, *make_batch(q_lens, kv_lens, *heads, 64))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_custom_scale_and_non_contiguous_query(name):
+    q, k, v, q_lens, kv_lens = make_batch([2, 3], [5, 9], 4, 2, 32)
+    q_strided = torch.randn(q.shape[0], q.shape[2], q.shape[1]).transpose(1, 2)  # (total_q, H, D), not contiguous
+    ref = naive(q_strided.double(), k.double(), v.double(), q_lens, kv_lens, scale=0.3)
+    out = BACKENDS[name](q_strided, k, v, q_lens, kv_lens, scale=0.3)
+    assert (out.double() - ref).abs().max() <= ATOL[torch.float32]
+
+
+BAD_INPUTS = [
+    ("rank", lambda q, k, v, ql, kl: (q[0], k, v, ql, kl), "q must have shape"),
+    ("heads", lambda q, k, v, ql, kl: (q[:, :3], k, v, ql, kl), "multiple of"),
+    ("head_dim", lambda q, k, v, ql, kl: (q[..., :8], k, v, ql, kl), "head_dim"),
+    ("v shape", lambda q, k, v, ql, kl: (q, k, v[:, :, :4], ql, kl), "v_cache shape"),
+    ("q > kv", lambda q, k, v, ql, kl: (q, k, v, ql, torch.tensor([1, 9])), "q_lens must be <= kv_lens"),
+    ("kv > capacity", lambda q, k, v, ql, kl: (q, k[:, :, :6], v[:, :, :6], ql, kl), "kv_lens must be <= capacity"),
+    ("total_q", lambda q, k, v, ql, kl: (q[:-1], k, v, ql, kl), "total_q"),
+    ("dtype", lambda q, k, v, ql, kl: (q.double(), k, v, ql, kl), "one floating dtype"),
+    ("float lens", lambda q, k, v, ql, kl: (q, k, v, ql.float(), kl), "q_lens must be a 1-D integer"),
+    ("batch", lambda q, k, v, ql, kl: (q, k, v, ql, kl[:1]), "kv_lens has 1 entries"),
+    ("devices", lambda q, k, v, ql, kl: (q.to("meta"), k, v, ql, kl), "one device"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+@pytest.mark.parametrize("label,mutate,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs_raise_value_error_naming_the_argument(name, label, mutate, message):
+    args = mutate(*make_batch([2, 3], [5, 9], 4, 2, 16))
+    with pytest.raises(ValueError, match=message):
+        BACKENDS[name](*args)
+
+
+def test_cost_accounting():
+    c = cost([1, 1], [10, 100], n_heads=2, head_dim=4, block_n=16)
+    per_key = 4 * 2 * 4  # QK^T and PV multiply-adds, per head, per (query, key) pair
+    assert c.useful_flops == per_key * (10 + 100)
+    assert c.flops["padded"] == per_key * 2 * 100  # both sequences padded to 100 keys
+    assert c.waste("padded") == pytest.approx(200 / 110)
+    assert c.launches == {"naive": 4, "split": 2, "padded": 1, "ragged": 1}
+    assert c.waste("split") == 1.0
+    with pytest.raises(ValueError, match="q_lens <= kv_lens"):
+        cost([3], [2])

@@ -1,19 +1,22 @@
 """minibass: batched speculative decoding (BASS), small and readable.
 
-Reading order: sampling -> attention/ -> cache -> model -> loading -> generate.
+Reading order: sampling -> attention/ -> cache -> model -> loading -> generate -> rejection -> table -> exact.
 """
 
-from . import attention, sampling
+from . import attention, exact, sampling
 from .attention import BACKENDS
 from .cache import KVCache
 from .generate import CausalLM, Cache, GenerationResult, GenerationStats, generate
 from .loading import load_model, load_tokenizer
 from .model import Decoder, ModelConfig
+from .rejection import rejection_sample, warp_pair
 from .sampling import SamplingParams
+from .table import TableLM
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS", "Cache", "CausalLM", "Decoder", "GenerationResult", "GenerationStats", "KVCache",
-    "ModelConfig", "SamplingParams", "attention", "generate", "load_model", "load_tokenizer", "sampling",
+    "ModelConfig", "SamplingParams", "TableLM", "attention", "exact", "generate", "load_model", "load_tokenizer",
+    "rejection_sample", "sampling", "warp_pair",
 ]

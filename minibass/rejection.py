@@ -1,0 +1,111 @@
+"""The batched rejection step of speculative sampling — exact, vectorised over the batch.
+
+Speculative sampling (Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via
+Speculative Decoding", Algorithm 1 and Appendix A.1; Chen et al. 2023, "Accelerating Large
+Language Model Decoding with Speculative Sampling", Algorithm 2): the draft proposed
+x_1..x_k with x_i ~ q_i; the target scored the same positions, giving p_1..p_{k+1}. For
+i = 1..k, with u_i ~ U[0, 1):
+
+    accept x_i  if  u_i < min(1, p_i(x_i) / q_i(x_i))          (tested as u_i * q_i(x_i) < p_i(x_i))
+
+and stop at the first rejection. If x_{n+1} was rejected, draw the next token from the residual
+
+    y ~ norm(max(0, p_{n+1} - q_{n+1}))
+
+otherwise (all k accepted) draw the bonus token y ~ p_{k+1}. The emitted tokens
+x_1..x_n, y are distributed exactly as autoregressive sampling from p.
+
+Exactness details handled here:
+  * the residual is never clamped to a small positive value and never divided: ``sample_from``
+    draws from an unnormalised row by scaling the uniform by the row's total;
+  * p == q: u * q < q always holds, so no rejection happens and the residual (all zero) is never
+    needed. Only if rounding rejects such a token (probability ~1e-16) is the residual empty;
+    then y is drawn from p, the limit of the residual as p - q -> 0 along p;
+  * q puts zero mass where p does not: such tokens are never drafted; the residual gives them
+    their full mass p;
+  * one-hot p and q (greedy): accept iff the tokens agree; otherwise y is the target's argmax.
+
+Warping (temperature, top-k, top-p) must be identical on both sides, and ``draft_probs`` must
+be the distribution the draft tokens were actually sampled from: see ``warp_pair``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .sampling import SamplingParams, probs, sample_from
+
+
+def warp_pair(draft_logits: Tensor, target_logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
+    """(draft_probs, target_probs) under the same ``SamplingParams``.
+
+    Why both: the guarantee is that emitted tokens follow the target's *warped* distribution p.
+    The acceptance ratio p/q only corrects the draft if q is the distribution the draft tokens
+    were truly drawn from (warped q, not softmax of raw logits), and p must be warped the same
+    way, or the output follows the unwarped target.
+    """
+    return probs(draft_logits, params), probs(target_logits, params)
+
+
+def check_rejection_inputs(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor) -> None:
+    for name, t in (("draft_tokens", draft_tokens), ("draft_probs", draft_probs), ("target_probs", target_probs)):
+        if not torch.is_tensor(t):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if draft_tokens.dim() != 2 or draft_tokens.dtype != torch.long:
+        raise ValueError(f"draft_tokens must be long [B, k], got {draft_tokens.dtype} {tuple(draft_tokens.shape)}")
+    batch, k = draft_tokens.shape
+    if draft_probs.dim() != 3 or draft_probs.shape[:2] != (batch, k) or not draft_probs.is_floating_point():
+        raise ValueError(f"draft_probs must be float [B={batch}, k={k}, V], got {draft_probs.dtype} "
+                         f"{tuple(draft_probs.shape)}")
+    vocab = draft_probs.shape[2]
+    if target_probs.dim() != 3 or tuple(target_probs.shape) != (batch, k + 1, vocab) \
+            or not target_probs.is_floating_point():
+        raise ValueError(f"target_probs must be float [B={batch}, k+1={k + 1}, V={vocab}], got "
+                         f"{target_probs.dtype} {tuple(target_probs.shape)}")
+    if len({draft_tokens.device, draft_probs.device, target_probs.device}) != 1:
+        raise ValueError("draft_tokens, draft_probs and target_probs must be on one device")
+    if draft_tokens.numel() and (draft_tokens.min() < 0 or draft_tokens.max() >= vocab):
+        raise ValueError(f"draft_tokens must lie in [0, V={vocab})")
+
+
+def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
+                        u_accept: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
+    """The rejection step with its uniforms given: u_accept [B, k], u_next [B] in [0, 1).
+
+    Returns (num_accepted long [B], next_tokens long [B]). ``rejection_sample`` and the
+    speculative loop (which draws uniforms from per-sequence streams) both call this.
+    """
+    batch, k = draft_tokens.shape
+    p = target_probs.to(torch.float64)  # (B, k+1, V)
+    q = draft_probs.to(torch.float64)  # (B, k, V)
+    p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): p_i(x_i)
+    q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): q_i(x_i)
+    accepted = u_accept.to(p.device, torch.float64) * q_x < p_x  # u < min(1, p/q), without dividing
+    num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
+
+    # The next token's distribution: max(0, p - q) at the first rejection, p_{k+1} if none.
+    # Appending a zero row to q at position k makes both cases one expression.
+    q_ext = torch.cat([q, q.new_zeros(batch, 1, q.shape[-1])], dim=1)  # (B, k+1, V)
+    rows = torch.arange(batch, device=p.device)
+    p_n, q_n = p[rows, num_accepted], q_ext[rows, num_accepted]  # (B, V)
+    residual = (p_n - q_n).clamp_min(0)  # unnormalised; sample_from scales by its total
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_n)  # rounding-only case, see above
+    next_tokens = sample_from(residual, u_next)
+    return num_accepted, next_tokens
+
+
+def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, *,
+                     generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Batched speculative rejection sampling (see the module docstring for the math).
+
+    draft_tokens: long [B, k]; draft_probs: [B, k, V] (the distributions the drafts were sampled
+    from, after warping); target_probs: [B, k+1, V] (the target's warped distributions).
+    Returns num_accepted long [B] in 0..k and next_tokens long [B]; sequence b emits
+    ``draft_tokens[b, :num_accepted[b]]`` then ``next_tokens[b]``.
+    generator: a CPU ``torch.Generator`` for the uniforms (default: the global one).
+    """
+    check_rejection_inputs(draft_tokens, draft_probs, target_probs)
+    batch, k = draft_tokens.shape
+    u = torch.rand(batch, k + 1, generator=generator, dtype=torch.float64)  # drawn on the CPU: same for any device
+    return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k])

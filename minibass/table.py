@@ -1,0 +1,96 @@
+"""A lookup-table causal LM: the next-token logits are a function of the recent context and position.
+
+Small vocabularies make exact enumeration possible (``minibass.exact``), and a table makes the
+model's distributions explicit, so tests, the course and the oracle use ``TableLM`` wherever a
+real transformer would only add noise. It implements the same ``CausalLM`` protocol as
+``minibass.model.Decoder``: packed ragged ``forward``, a cache with ``lengths`` and ``truncate``.
+
+    logits(next token | tokens so far) = table[position % period, code(last `order` tokens)]
+
+where positions before the start of the sequence read as a virtual token ``V``, so the context
+code ranges over ``(V + 1) ** order`` values. ``order=0`` gives a position-only model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class TableCache:
+    """Token history per sequence: tokens [B, C] and lengths [B]."""
+
+    def __init__(self, batch_size: int, capacity: int):
+        self.tokens = torch.zeros(batch_size, capacity, dtype=torch.long)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long)
+
+    def truncate(self, lengths) -> None:
+        lengths = torch.as_tensor(lengths).long()
+        if lengths.shape != self.lengths.shape or (lengths < 0).any() or (lengths > self.lengths).any():
+            raise ValueError(f"truncate: lengths must be in [0, current] per sequence, "
+                             f"got {lengths.tolist()} with current {self.lengths.tolist()}")
+        self.lengths = lengths.clone()
+
+
+class TableLM:
+    """table: float [period, (V + 1) ** order, V] of logits (-inf allowed, not a whole row)."""
+
+    def __init__(self, table: Tensor, *, order: int, max_seq_len: int | None = None):
+        table = torch.as_tensor(table, dtype=torch.float64)
+        if table.dim() != 3:
+            raise ValueError(f"table must be [period, (V+1)**order, V], got shape {tuple(table.shape)}")
+        vocab = table.shape[-1]
+        if table.shape[1] != (vocab + 1) ** order:
+            raise ValueError(f"table has {table.shape[1]} context rows, expected (V+1)**order = {(vocab + 1) ** order}")
+        if torch.isneginf(table).all(-1).any():
+            raise ValueError("every table row needs at least one finite logit")
+        self.table, self.order, self.vocab_size, self.max_seq_len = table, order, vocab, max_seq_len
+
+    @classmethod
+    def random(cls, vocab_size: int, *, order: int = 1, period: int = 1, seed: int = 0, sharpness: float = 2.0,
+               zero_fraction: float = 0.0, max_seq_len: int | None = None) -> "TableLM":
+        """Gaussian logits scaled by ``sharpness``; each logit is -inf with probability ``zero_fraction``."""
+        g = torch.Generator().manual_seed(seed)
+        shape = (period, (vocab_size + 1) ** order, vocab_size)
+        table = torch.randn(shape, generator=g, dtype=torch.float64) * sharpness
+        if zero_fraction:
+            dead = torch.rand(shape, generator=g) < zero_fraction
+            dead[..., 0] &= ~dead.all(-1)  # keep at least one token per row
+            table = table.masked_fill(dead, float("-inf"))
+        return cls(table, order=order, max_seq_len=max_seq_len)
+
+    @classmethod
+    def from_probs(cls, probs: Tensor, **kwargs) -> "TableLM":
+        """An order-0 model: row t of ``probs`` [T, V] is the next-token distribution at position t (cycled)."""
+        probs = torch.as_tensor(probs, dtype=torch.float64)
+        return cls(probs.log()[:, None, :], order=0, **kwargs)
+
+    def init_cache(self, batch_size: int, capacity: int) -> TableCache:
+        return TableCache(batch_size, capacity)
+
+    def logits_for(self, history: list[int]) -> Tensor:
+        """Logits [V] of the token following ``history``."""
+        context = ([self.vocab_size] * self.order + list(history))[len(history):] if self.order else []
+        code = 0
+        for t in context:
+            code = code * (self.vocab_size + 1) + t
+        return self.table[len(history) % self.table.shape[0], code]
+
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: TableCache, *, attention: str = "ragged") -> Tensor:
+        """tokens: long [N] packed; returns float64 logits [N, V] and advances ``cache.lengths``."""
+        tokens, q_lens = torch.as_tensor(tokens).long().cpu(), torch.as_tensor(q_lens).long().cpu()
+        if int(q_lens.sum()) != tokens.numel():
+            raise ValueError(f"q_lens sum {int(q_lens.sum())} != number of tokens {tokens.numel()}")
+        if (cache.lengths + q_lens > cache.tokens.shape[1]).any():
+            raise ValueError("table cache capacity exceeded")
+        rows, start = [], 0
+        for b, n in enumerate(q_lens.tolist()):
+            base = int(cache.lengths[b])
+            cache.tokens[b, base:base + n] = tokens[start:start + n]
+            history = cache.tokens[b, :base + n].tolist()
+            rows += [self.logits_for(history[:base + i + 1]) for i in range(n)]
+            start += n
+        cache.lengths = cache.lengths + q_lens
+        return torch.stack(rows) if rows else torch.empty(0, self.vocab_size, dtype=torch.float64)
+
+    __call__ = forward

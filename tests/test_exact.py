@@ -1,0 +1,86 @@
+"""Exact equality: the speculative algorithm's output distribution, enumerated, equals the target's.
+
+Leviathan et al. 2023 (Appendix A.1) prove it; here it is checked in float64 for
+hypothesis-generated distributions (zeros, p == q, one-hot, near-zero masses) and
+context-dependent table models, for k = 1..4, with and without warping.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from minibass import SamplingParams, TableLM, exact
+
+TV_BOUND = 1e-12
+
+
+@st.composite
+def distributions(draw, vocab, rows):
+    """[rows, V] probabilities with zeros, near-zero masses, one-hots and duplicates."""
+    out = []
+    for _ in range(rows):
+        kind = draw(st.sampled_from(["dense", "sparse", "one-hot", "tiny"]))
+        if kind == "one-hot":
+            row = [0.0] * vocab
+            row[draw(st.integers(0, vocab - 1))] = 1.0
+        else:
+            row = [draw(st.floats(0.0, 1.0)) for _ in range(vocab)]
+            if kind == "sparse":
+                row = [x if draw(st.booleans()) else 0.0 for x in row]
+            if kind == "tiny":
+                row[draw(st.integers(0, vocab - 1))] = 1e-9
+            if sum(row) == 0:
+                row[draw(st.integers(0, vocab - 1))] = 1.0
+        out.append(row)
+    p = torch.tensor(out, dtype=torch.float64)
+    return p / p.sum(-1, keepdim=True)
+
+
+@st.composite
+def position_models(draw):
+    """Target and draft whose next-token distribution depends on the position (order 0)."""
+    vocab = draw(st.integers(2, 8))
+    period = draw(st.integers(1, 4))
+    p = draw(distributions(vocab, period))
+    q = p.clone() if draw(st.integers(0, 4)) == 0 else draw(distributions(vocab, period))  # sometimes p == q
+    return TableLM.from_probs(p), TableLM.from_probs(q)
+
+
+@given(models=position_models(), k=st.integers(1, 4), n=st.integers(1, 3))
+def test_exact_equality_for_generated_distributions(models, k, n):
+    target, draft = models
+    reference = exact.autoregressive_distribution(target, [0], n)
+    speculative = exact.speculative_distribution(target, draft, [0], n, k)
+    assert abs(float(reference.sum()) - 1) < 1e-12
+    assert exact.total_variation(reference, speculative) <= TV_BOUND
+
+
+@given(vocab=st.integers(2, 5), target_order=st.integers(0, 2), draft_order=st.integers(0, 2),
+       seeds=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), k=st.integers(1, 4),
+       params=st.sampled_from([SamplingParams(), SamplingParams(temperature=0.6), SamplingParams(temperature=0),
+                               SamplingParams(top_k=2), SamplingParams(temperature=1.4, top_p=0.7)]))
+def test_exact_equality_for_context_dependent_tables(vocab, target_order, draft_order, seeds, k, params):
+    target = TableLM.random(vocab, order=target_order, period=2, seed=seeds[0], zero_fraction=0.2)
+    draft = TableLM.random(vocab, order=draft_order, period=3, seed=seeds[1], sharpness=3.0)
+    reference = exact.autoregressive_distribution(target, [1, 0], 3, params)
+    speculative = exact.speculative_distribution(target, draft, [1, 0], 3, k, params)
+    assert exact.total_variation(reference, speculative) <= TV_BOUND
+
+
+def test_exact_distributions_see_a_different_target():
+    """The comparison has teeth: a different target gives a clearly different distribution."""
+    a, b = TableLM.random(4, order=1, seed=1), TableLM.random(4, order=1, seed=2)
+    assert exact.total_variation(exact.autoregressive_distribution(a, [0], 2),
+                                 exact.autoregressive_distribution(b, [0], 2)) > 0.1
+
+
+def test_exact_input_errors():
+    t = TableLM.random(3)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        exact.autoregressive_distribution(t, [], 2)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        exact.speculative_distribution(t, t, [0], 2, 0)
+    with pytest.raises(ValueError, match="vocab sizes differ"):
+        exact.speculative_distribution(t, TableLM.random(4), [0], 2, 1)

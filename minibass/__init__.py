@@ -1,6 +1,6 @@
 """minibass: batched speculative decoding (BASS), small and readable.
 
-Reading order: sampling -> attention/ -> cache -> model -> loading -> generate -> rejection -> table -> exact.
+Reading order: sampling -> attention/ -> cache -> model -> loading -> generate -> rejection -> table -> exact -> draft_length -> speculative.
 """
 
 from . import attention, exact, sampling
@@ -11,6 +11,7 @@ from .loading import load_model, load_tokenizer
 from .model import Decoder, ModelConfig
 from .rejection import rejection_sample, warp_pair
 from .sampling import SamplingParams
+from .speculative import speculative_generate
 from .table import TableLM
 
 __version__ = "0.1.0"
@@ -18,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BACKENDS", "Cache", "CausalLM", "Decoder", "GenerationResult", "GenerationStats", "KVCache",
     "ModelConfig", "SamplingParams", "TableLM", "attention", "exact", "generate", "load_model", "load_tokenizer",
-    "rejection_sample", "sampling", "warp_pair",
+    "rejection_sample", "sampling", "speculative_generate", "warp_pair",
 ]

@@ -47,6 +47,7 @@ class GenerationStats:
     accepted: list[list[int]] = field(default_factory=list)  # [step][sequence], IDLE where idle
     proposed_tokens: int = 0
     accepted_tokens: int = 0
+    sequence_steps: int = 0  # (sequence, step) pairs in which a sequence was active
     new_tokens: int = 0  # tokens returned, all sequences together
     wall_time: float = 0.0  # seconds
     time_split: dict[str, float] = field(default_factory=dict)  # seconds per phase
@@ -61,7 +62,15 @@ class GenerationStats:
 
     @property
     def tokens_per_target_call(self) -> float:
+        """New tokens, all sequences together, per target forward call (prefill included)."""
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Draft tokens accepted per active sequence per step (None for plain decoding)."""
+        if not self.speculative:
+            return None
+        return self.accepted_tokens / self.sequence_steps if self.sequence_steps else 0.0
 
     @property
     def tokens_per_second(self) -> float:

@@ -70,18 +70,26 @@ def check_rejection_inputs(draft_tokens: Tensor, draft_probs: Tensor, target_pro
 
 
 def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-                        u_accept: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
+                        u_accept: Tensor, u_next: Tensor, draft_lens: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The rejection step with its uniforms given: u_accept [B, k], u_next [B] in [0, 1).
 
+    draft_lens: optional long [B], row b drafted only its first draft_lens[b] <= k tokens (the
+    rest is padding): those rows stop there, and their bonus token comes from
+    target_probs[b, draft_lens[b]] — the speculative loop uses this for per-sequence lengths.
     Returns (num_accepted long [B], next_tokens long [B]). ``rejection_sample`` and the
     speculative loop (which draws uniforms from per-sequence streams) both call this.
     """
     batch, k = draft_tokens.shape
     p = target_probs.to(torch.float64)  # (B, k+1, V)
     q = draft_probs.to(torch.float64)  # (B, k, V)
+    if draft_lens is not None:  # padding positions: q = 0, never accepted
+        drafted = torch.arange(k, device=p.device)[None, :] < draft_lens.to(p.device)[:, None]  # (B, k)
+        q = torch.where(drafted[..., None], q, 0)
     p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): p_i(x_i)
     q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): q_i(x_i)
     accepted = u_accept.to(p.device, torch.float64) * q_x < p_x  # u < min(1, p/q), without dividing
+    if draft_lens is not None:
+        accepted &= drafted
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
 
     # The next token's distribution: max(0, p - q) at the first rejection, p_{k+1} if none.

@@ -79,18 +79,21 @@ class TableLM:
     def forward(self, tokens: Tensor, q_lens: Tensor, cache: TableCache, *, attention: str = "ragged") -> Tensor:
         """tokens: long [N] packed; returns float64 logits [N, V] and advances ``cache.lengths``."""
         tokens, q_lens = torch.as_tensor(tokens).long().cpu(), torch.as_tensor(q_lens).long().cpu()
-        if int(q_lens.sum()) != tokens.numel():
-            raise ValueError(f"q_lens sum {int(q_lens.sum())} != number of tokens {tokens.numel()}")
+        if q_lens.shape != cache.lengths.shape or int(q_lens.sum()) != tokens.numel() or (q_lens < 0).any():
+            raise ValueError(f"q_lens {q_lens.tolist()} must be >= 0, one per sequence, and sum to {tokens.numel()}")
         if (cache.lengths + q_lens > cache.tokens.shape[1]).any():
             raise ValueError("table cache capacity exceeded")
-        rows, start = [], 0
-        for b, n in enumerate(q_lens.tolist()):
-            base = int(cache.lengths[b])
-            cache.tokens[b, base:base + n] = tokens[start:start + n]
-            history = cache.tokens[b, :base + n].tolist()
-            rows += [self.logits_for(history[:base + i + 1]) for i in range(n)]
-            start += n
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
+        seq = torch.repeat_interleave(torch.arange(len(q_lens)), q_lens)  # (N,) sequence of each token
+        pos = cache.lengths[seq] + torch.arange(tokens.numel()) - (torch.cumsum(q_lens, 0) - q_lens)[seq]  # (N,)
+        cache.tokens[seq, pos] = tokens
+        code = torch.zeros_like(pos)
+        for back in range(self.order - 1, -1, -1):  # the last `order` tokens up to and including pos
+            idx = pos - back
+            tok = torch.where(idx >= 0, cache.tokens[seq, idx.clamp(min=0)], self.vocab_size)  # V: before the start
+            code = code * (self.vocab_size + 1) + tok
         cache.lengths = cache.lengths + q_lens
-        return torch.stack(rows) if rows else torch.empty(0, self.vocab_size, dtype=torch.float64)
+        return self.table[(pos + 1) % self.table.shape[0], code]  # (N, V): history length pos + 1
 
     __call__ = forward

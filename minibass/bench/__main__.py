@@ -3,7 +3,8 @@
 import importlib
 import sys
 
-BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention"}
+BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention",
+              "speculative": "minibass.bench.speculative"}
 
 
 def main(argv=None):

@@ -1,0 +1,309 @@
+"""speculative_generate: greedy equality with generate, exact distributions end to end, planted bugs caught."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import minibass
+from minibass import SamplingParams, TableLM, exact, speculative
+from minibass.draft_length import BassDynamicDraftLength, FixedDraftLength
+from minibass.generate import IDLE
+from minibass.model import Decoder, ModelConfig
+from conftest import hf_tiny
+
+ALPHA = 1e-6
+GREEDY = SamplingParams(temperature=0)
+CONFIG = ModelConfig(vocab_size=11, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=4, max_position_embeddings=64)
+PROMPTS = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10, 1], [2, 2]]
+
+
+def decoder(seed, scale=20.0):
+    torch.manual_seed(seed)
+    model = Decoder(CONFIG).double().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)  # peaked distributions: long greedy runs, few near-ties
+    return model
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = decoder(0)
+    adversarial = decoder(0)
+    with torch.no_grad():
+        adversarial.lm_head.weight.neg_()  # its argmax is the target's argmin: greedy drafts always rejected
+    return {"target": target, "self": target, "other": decoder(1, scale=5.0), "adversarial": adversarial}
+
+
+# --- greedy: exactly the tokens of generate ---------------------------------------------------------
+
+@pytest.mark.parametrize("attention", ["naive", "padded", "split", "ragged"])
+@pytest.mark.parametrize("draft_name", ["self", "other", "adversarial"])
+def test_greedy_equals_generate(models, attention, draft_name):
+    target, draft = models["target"], models[draft_name]
+    ref = minibass.generate(target, PROMPTS, 10, sampling=GREEDY, attention="naive").tokens
+    # The ragged kernel runs in Triton's interpreter here: one draft-length policy keeps it quick.
+    for draft_length in ([1, 3, "dynamic", "per-sequence"] if attention != "ragged" else ["dynamic"]):
+        result = minibass.speculative_generate(target, draft, PROMPTS, 10, sampling=GREEDY,
+                                               draft_length=draft_length, attention=attention)
+        assert result.tokens == ref, (draft_name, draft_length)
+        rate = result.stats.acceptance_rate
+        if draft_name == "self":
+            assert rate == 1.0
+        if draft_name == "adversarial":
+            assert rate == 0.0
+
+
+def test_greedy_with_eos_hit_mid_draft(models):
+    target = models["target"]
+    ref = minibass.generate(target, PROMPTS, 12, sampling=GREEDY, attention="naive").tokens
+    eos = ref[0][3]  # emitted by sequence 0 at step 4: inside its first 7-token draft
+    expected = [r[:r.index(eos) + 1] if eos in r else r for r in ref]
+    for draft in (target, models["other"]):
+        result = minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length="dynamic",
+                                               attention="padded", eos_token_id=eos)
+        assert result.tokens == expected
+    assert minibass.generate(target, PROMPTS, 12, sampling=GREEDY, attention="naive", eos_token_id=eos).tokens == expected
+
+
+def test_greedy_batch_invariance_across_backends(models):
+    target, draft = models["target"], models["other"]
+    batch = minibass.speculative_generate(target, draft, PROMPTS, 8, sampling=GREEDY, attention="padded").tokens
+    for prompt, tokens in zip(PROMPTS, batch):
+        for attention in ("naive", "split", "ragged"):  # alone, and with each other backend
+            alone = minibass.speculative_generate(target, draft, [prompt], 8, sampling=GREEDY, attention=attention)
+            assert alone.tokens[0] == tokens
+
+
+# --- exact distributions, end to end ------------------------------------------------------------------
+
+MAIN_PROMPT, OTHER_PROMPTS = [1, 2], [[3], [0, 1, 2, 3, 0], [2, 2, 2]]
+N_TABLE = 20_000  # rows carrying the main prompt
+
+
+def table_pair():
+    target = TableLM.random(4, order=2, period=3, seed=10, zero_fraction=0.15)
+    draft = TableLM.random(4, order=1, period=2, seed=11)
+    return target, draft
+
+
+def g_test_pvalue(samples, exact_dist):
+    """G-test of tuples of tokens against an exact [V] * n distribution (small cells pooled)."""
+    counts = Counter(samples)
+    n = len(samples)
+    flat = exact_dist.flatten().numpy()
+    cells = list(np.ndindex(*exact_dist.shape))
+    if any(flat[np.ravel_multi_index(c, exact_dist.shape)] == 0 for c in counts):
+        return 0.0  # an impossible sequence was emitted
+    expected = flat * n
+    observed = np.array([counts.get(c, 0) for c in cells], dtype=float)
+    big = expected >= 5
+    exp_cells = np.append(expected[big], expected[~big].sum())
+    obs_cells = np.append(observed[big], observed[~big].sum())
+    keep = exp_cells > 0
+    return float(stats.power_divergence(obs_cells[keep], exp_cells[keep], lambda_="log-likelihood").pvalue)
+
+
+def sample_main_prompt(target, draft, params, draft_length, n_rows, n_tokens, seed, attention="padded"):
+    """A ragged batch: n_rows copies of MAIN_PROMPT interleaved with other prompts."""
+    prompts = [MAIN_PROMPT] * n_rows + OTHER_PROMPTS * 50
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    shuffled = [prompts[i] for i in order]
+    result = minibass.speculative_generate(target, draft, shuffled, n_tokens, sampling=params,
+                                           draft_length=draft_length, seed=seed, attention=attention)
+    return [tuple(result.tokens[j]) for j, i in enumerate(order) if i < n_rows], result
+
+
+TABLE_CASES = [
+    (SamplingParams(), 1),
+    (SamplingParams(temperature=0.7, top_k=3), "dynamic"),
+    (SamplingParams(temperature=1.3, top_p=0.8), 4),
+    (SamplingParams(), "per-sequence"),
+]
+
+
+@pytest.mark.parametrize("params,draft_length", TABLE_CASES, ids=lambda x: str(x))
+def test_table_models_emit_the_exact_target_distribution(params, draft_length):
+    target, draft = table_pair()
+    samples, result = sample_main_prompt(target, draft, params, draft_length, N_TABLE, 3, seed=1)
+    pvalue = g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3, params))
+    print(f"{params} k={draft_length}: p = {pvalue:.3g}, acceptance {result.stats.acceptance_rate:.2f}")
+    assert pvalue > ALPHA
+
+
+@pytest.fixture(scope="module")
+def transformer_pair(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pair")
+    small = dict(vocab_size=5, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2)
+    hf_tiny("llama", seed=5, **small).save_pretrained(folder / "target")
+    hf_tiny("qwen2", seed=6, **small).save_pretrained(folder / "draft")
+    return minibass.load_model(folder / "target"), minibass.load_model(folder / "draft")
+
+
+@pytest.mark.parametrize("params,draft_length", [(SamplingParams(), 3),
+                                                 (SamplingParams(temperature=0.8, top_k=4, top_p=0.9), "dynamic")],
+                         ids=str)
+def test_transformers_loaded_from_disk_emit_the_exact_target_distribution(transformer_pair, params, draft_length):
+    target, draft = transformer_pair
+    samples, result = sample_main_prompt(target, draft, params, draft_length, 4000, 3, seed=2)
+    pvalue = g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3, params))
+    print(f"transformers {params} k={draft_length}: p = {pvalue:.3g}, acceptance {result.stats.acceptance_rate:.2f}")
+    assert pvalue > ALPHA
+
+
+# --- planted bugs -----------------------------------------------------------------------------------------
+
+def plant_rollback_one_short(monkeypatch):
+    original = speculative._kept_lengths
+    monkeypatch.setattr(speculative, "_kept_lengths",
+                        lambda t, d, n, k: (original(t, d, n, k)[0] - 1, original(t, d, n, k)[1]))
+
+
+def plant_bonus_from_wrong_position(monkeypatch):
+    original = speculative.accept_and_resample
+
+    def buggy(draft_tokens, draft_probs, target_probs, u_accept, u_next, draft_lens):
+        target_probs = target_probs.clone()
+        rows = torch.arange(len(draft_lens))
+        shifted = (draft_lens - 1).clamp(min=0)
+        target_probs[rows, draft_lens] = target_probs[rows, shifted]  # bonus from p_k instead of p_{k+1}
+        return original(draft_tokens, draft_probs, target_probs, u_accept, u_next, draft_lens)
+
+    monkeypatch.setattr(speculative, "accept_and_resample", buggy)
+
+
+def plant_stale_draft_probs(monkeypatch):
+    original, previous = speculative._draft, {}
+
+    def buggy(*args):
+        tokens, dists = original(*args)
+        for b in dists:
+            if dists[b]:
+                fresh = dists[b][0]
+                dists[b][0] = previous.get(b, fresh)  # q of the previous step's first position
+                previous[b] = fresh
+        return tokens, dists
+
+    monkeypatch.setattr(speculative, "_draft", buggy)
+
+
+PLANTED = {"rollback_one_short": plant_rollback_one_short,
+           "bonus_from_wrong_position": plant_bonus_from_wrong_position,
+           "stale_draft_probs_after_rollback": plant_stale_draft_probs}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_each_planted_bug_breaks_the_distribution_test(bug, monkeypatch):
+    PLANTED[bug](monkeypatch)
+    target, draft = table_pair()
+    params = SamplingParams()
+    samples, _ = sample_main_prompt(target, draft, params, 2, N_TABLE, 4, seed=1)
+    pvalue = g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 4, params))
+    print(f"planted {bug}: p = {pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+def test_draft_catch_up_off_by_one_is_caught_by_the_acceptance_rate(monkeypatch):
+    """Forgetting x_k after full acceptance only corrupts the draft's context. The output stays
+    exact (q is still the distribution each draft was sampled from: the theorem holds for any
+    draft), so the distribution test cannot see it; but a draft equal to the target must accept
+    everything, and this bug makes it reject."""
+    target, _ = table_pair()
+    prompts = [MAIN_PROMPT] * 200 + OTHER_PROMPTS
+    healthy = minibass.speculative_generate(target, target, prompts, 12, draft_length=3, seed=0, attention="padded")
+    assert healthy.stats.acceptance_rate == 1.0
+    monkeypatch.setattr(speculative, "_unseen_by_draft", lambda pending, drafted, n, y: pending + [y] if not drafted
+                        else [y])
+    buggy = minibass.speculative_generate(target, target, prompts, 12, draft_length=3, seed=0, attention="padded")
+    print(f"catch-up off by one: acceptance with draft == target {buggy.stats.acceptance_rate:.3f}")
+    assert buggy.stats.acceptance_rate < 0.9
+    samples, _ = sample_main_prompt(target, target, SamplingParams(), 3, N_TABLE, 3, seed=4)
+    assert g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3)) > ALPHA
+
+
+# --- stats, policies, seeds, bad input ---------------------------------------------------------------------
+
+def test_stats(models):
+    target = models["target"]
+    ref = minibass.generate(target, PROMPTS, 12, sampling=GREEDY, attention="naive").tokens
+    eos = ref[1][1]
+    result = minibass.speculative_generate(target, models["other"], PROMPTS, 12, sampling=GREEDY, draft_length=4,
+                                           attention="padded", eos_token_id=eos)
+    s = result.stats
+    assert s.steps == len(s.accepted) == len(s.draft_lengths)
+    assert s.target_calls == s.steps + 1  # prefill + one verify per step
+    assert all(0 <= n <= 4 or n == IDLE for row in s.accepted for n in row)
+    finished_early = [b for b, t in enumerate(result.tokens) if len(t) < 12]
+    assert finished_early and s.accepted[-1][finished_early[0]] == IDLE
+    assert s.tokens_per_target_call == s.new_tokens / s.target_calls
+    assert set(s.time_split) == {"draft", "verify", "accept", "rollback"}
+    assert 0 <= s.acceptance_rate <= 1
+
+
+def test_bass_dynamic_policy_follows_algorithm_1():
+    policy = BassDynamicDraftLength()
+    seen = []
+    for accepted_all in [True, True, False, False, False, True]:
+        (k,) = policy.lengths([0])
+        seen.append(k)
+        policy.update([0], [k], [k if accepted_all else 0])
+    # 7 -> 9 -> 11 -> 11 - ceil(1.1) - 0 = 9 -> 9 - 1 - 1 = 7 -> 7 - 1 - 1 = 5 -> 7
+    assert seen == [7, 9, 11, 9, 7, 5]
+    (k,) = policy.lengths([0])
+    assert k == 7
+    policy = BassDynamicDraftLength(l_draft=30)
+    policy.update([0, 1], [30, 30], [30, 2])
+    assert policy.l_draft == 32  # capped at l_limit
+    policy.update([0, 1], [32, 32], [20, 3])
+    assert policy.l_draft == 28  # max(1, 20, 32 - ceil(3.2) - 0)
+    policy.update([0], [28], [27])
+    assert policy.l_draft == 27  # never below the best accepted count
+
+
+def test_same_seed_same_tokens(models):
+    run = lambda seed: minibass.speculative_generate(models["target"], models["other"], PROMPTS, 6,  # noqa: E731
+                                                     seed=seed, attention="padded").tokens
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+class BadPolicy:
+    def lengths(self, active):
+        return [0] * len(active)
+
+    def update(self, active, proposed, accepted):
+        pass
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(draft_length=0), "draft_length must be an int >= 1"),
+    (dict(draft_length="sometimes"), "draft_length must be"),
+    (dict(draft_length=BadPolicy()), "one int >= 1 per active sequence"),
+    (dict(prompts=[]), "non-empty list"),
+    (dict(prompts=[[1], []]), "prompts\\[1\\]"),
+    (dict(max_new_tokens=-2), "max_new_tokens"),
+    (dict(max_new_tokens=60), "max_seq_len"),
+    (dict(sampling="greedy"), "SamplingParams"),
+])
+def test_bad_input(models, kwargs, message):
+    args = dict(target=models["target"], draft=models["other"], prompts=PROMPTS, max_new_tokens=4,
+                attention="padded")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        minibass.speculative_generate(**args)
+
+
+def test_vocabulary_mismatch(models):
+    with pytest.raises(ValueError, match="share a vocabulary"):
+        minibass.speculative_generate(models["target"], TableLM.random(5), [[1]], 3)
+
+
+def test_fixed_policy_validates():
+    with pytest.raises(ValueError):
+        FixedDraftLength(True)

@@ -129,7 +129,7 @@ class Attention(nn.Module):
         # Append each token's key/value at its own sequence's next free slot.
         k_cache[step.seq_ids, :, step.positions] = k  # k_cache: (B, Hk, C, D)
         v_cache[step.seq_ids, :, step.positions] = v
-        out = step.attention(q, k_cache, v_cache, step.q_lens, step.kv_lens)  # (N, H, D)
+        out = step.attention(q, k_cache, v_cache, step.q_lens, step.kv_lens, q_starts=step.q_starts)  # (N, H, D)
         return self.o_proj(out.reshape(n, self.n_heads * self.head_dim))
 
 
@@ -177,6 +177,7 @@ class Step:
     seq_ids: Tensor  # long [N]: which sequence each packed token belongs to
     positions: Tensor  # long [N]: absolute position of each token in its sequence
     q_lens: Tensor  # long [B]
+    q_starts: Tensor  # long [B]: where each sequence's tokens start in the packed batch
     kv_lens: Tensor  # long [B]: cache lengths after this step's tokens are appended
     cos: Tensor  # [N, D/2]
     sin: Tensor  # [N, D/2]
@@ -237,7 +238,7 @@ class Decoder(nn.Module):
         positions = cache.lengths[seq_ids] + torch.arange(tokens.shape[0], device=device) - starts[seq_ids]  # (N,)
         angles = positions[:, None].to(torch.float64) * self.inv_freq[None, :]  # (N, D/2), float64 for exactness
         x = self.model.embed_tokens(tokens)  # (N, E)
-        step = Step(seq_ids, positions, q_lens, kv_lens, angles.cos().to(x.dtype), angles.sin().to(x.dtype),
+        step = Step(seq_ids, positions, q_lens, starts, kv_lens, angles.cos().to(x.dtype), angles.sin().to(x.dtype),
                     BACKENDS[attention])
         for layer, k_cache, v_cache in zip(self.model.layers, cache.k, cache.v):
             x = layer(x, step, k_cache, v_cache)  # (N, E)

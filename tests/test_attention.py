@@ -18,7 +18,12 @@ from minibass.attention import BACKENDS, cost, naive
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-def make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, *, capacity=None, dtype=torch.float32, seed=0):
+# CUDA runs the Triton kernel compiled for real (GPU sessions: scripts/gpu_check.sh).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, *, capacity=None, dtype=torch.float32, seed=0,
+               device="cpu"):
     """Packed q and a cache whose slots beyond kv_lens are poisoned with NaN and inf."""
     g = torch.Generator().manual_seed(seed)
     batch = len(q_lens)
@@ -29,18 +34,19 @@ def make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, *, capacity=None,
     for b, n in enumerate(kv_lens):
         k[b, :, n:] = float("nan")
         v[b, :, n:] = float("inf")
-    return (q.to(dtype), k.to(dtype), v.to(dtype), torch.tensor(q_lens), torch.tensor(kv_lens))
+    return tuple(t.to(device) for t in (q.to(dtype), k.to(dtype), v.to(dtype), torch.tensor(q_lens),
+                                        torch.tensor(kv_lens)))
 
 
 def reference(q, k, v, q_lens, kv_lens):
-    return naive(q.double(), k.double(), v.double(), q_lens, kv_lens)
+    return naive(*(t.cpu().double() for t in (q, k, v)), q_lens.cpu(), kv_lens.cpu())
 
 
 def assert_matches_reference(name, q, k, v, q_lens, kv_lens):
     out = BACKENDS[name](q, k, v, q_lens, kv_lens)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert torch.isfinite(out).all(), f"{name}: non-finite output (stale cache leaked?)"
-    err = (out.double() - reference(q, k, v, q_lens, kv_lens)).abs().max().item() if out.numel() else 0.0
+    err = (out.cpu().double() - reference(q, k, v, q_lens, kv_lens)).abs().max().item() if out.numel() else 0.0
     assert err <= ATOL[q.dtype], f"{name} {q.dtype}: max abs error {err:.3g} > {ATOL[q.dtype]}"
 
 
@@ -75,12 +81,24 @@ GRID = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @pytest.mark.parametrize("shape", sorted(GRID))
 @pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)], ids=["mha", "gqa", "mqa"])
-def test_backends_on_an_explicit_grid(name, shape, heads):
+def test_backends_on_an_explicit_grid(name, shape, heads, device):
     q_lens, kv_lens = GRID[shape]
-    assert_matches_reference(name, *make_batch(q_lens, kv_lens, *heads, 64))
+    for dtype in ([torch.float32] if device == "cpu" else [torch.float32, torch.float16, torch.bfloat16]):
+        assert_matches_reference(name, *make_batch(q_lens, kv_lens, *heads, 64, dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_precomputed_q_starts_give_the_same_result(name):
+    q, k, v, q_lens, kv_lens = make_batch([2, 0, 3], [5, 4, 9], 4, 2, 16)
+    starts = torch.cumsum(q_lens, 0) - q_lens
+    torch.testing.assert_close(BACKENDS[name](q, k, v, q_lens, kv_lens, q_starts=starts),
+                               BACKENDS[name](q, k, v, q_lens, kv_lens), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="q_starts"):
+        BACKENDS[name](q, k, v, q_lens, kv_lens, q_starts=starts[:2])
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))

@@ -7,6 +7,10 @@
     v_cache  [B, Hk, C, D]
     q_lens   int [B]           new tokens per sequence (0 = idle this step), q_lens <= kv_lens
     kv_lens  int [B]           valid cache length per sequence, kv_lens <= C
+    scale    float or None     softmax scale, default D ** -0.5
+    q_starts int [B] or None   optional: exclusive prefix sum of q_lens (where each sequence's
+                               queries start in q). The decoder computes it once per step and
+                               shares it with every layer; a backend computes it when None.
     returns  [total_q, H, D]   in q's dtype
 
 Query i of sequence b sits at absolute position kv_lens[b] - q_lens[b] + i and attends to keys
@@ -24,12 +28,15 @@ from torch import Tensor
 
 class AttentionFn(Protocol):
     def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-                 *, scale: float | None = None) -> Tensor: ...
+                 *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor: ...
 
 
 def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-                 scale: float | None) -> float:
-    """Validates the shared signature; returns the softmax scale to use. Raises ValueError naming the argument."""
+                 scale: float | None, q_starts: Tensor | None = None) -> tuple[float, Tensor]:
+    """Validates the shared signature; returns (softmax scale, q_starts as long [B]).
+
+    Raises ValueError naming the argument.
+    """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("q_lens", q_lens), ("kv_lens", kv_lens)):
         if not torch.is_tensor(t):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -63,8 +70,12 @@ def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv
         raise ValueError(f"kv_lens must be <= capacity ({capacity}), got {kv_lens.tolist()}")
     if int(q_lens.sum()) != total_q:
         raise ValueError(f"q has total_q={total_q} rows but q_lens sums to {int(q_lens.sum())}")
+    if q_starts is None:
+        q_starts = torch.cumsum(q_lens, 0) - q_lens
+    elif not torch.is_tensor(q_starts) or q_starts.shape != q_lens.shape or q_starts.device != q_lens.device:
+        raise ValueError(f"q_starts must be an integer tensor shaped like q_lens ({tuple(q_lens.shape)}) on its device")
     if scale is None:
-        return head_dim ** -0.5
-    if not isinstance(scale, (int, float)) or not scale == scale:
+        scale = head_dim ** -0.5
+    elif not isinstance(scale, (int, float)) or not scale == scale:
         raise ValueError(f"scale must be a float or None, got {scale!r}")
-    return float(scale)
+    return float(scale), q_starts.long()

@@ -15,16 +15,15 @@ from .base import check_inputs
 
 
 def naive(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-          *, scale: float | None = None) -> Tensor:
+          *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
     """Reference ragged attention. Shapes: see ``minibass.attention.base``."""
-    scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
     n_heads, n_kv_heads = q.shape[1], k_cache.shape[1]
     group = n_heads // n_kv_heads  # query heads per kv head
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = torch.empty_like(q)
-    start = 0
     for b in range(k_cache.shape[0]):
-        n_q, n_kv = int(q_lens[b]), int(kv_lens[b])
+        start, n_q, n_kv = int(q_starts[b]), int(q_lens[b]), int(kv_lens[b])  # sequence b's rows of q: start..+n_q
         for h in range(n_heads):
             qh = q[start:start + n_q, h].to(acc_dtype)  # (n_q, D)
             kh = k_cache[b, h // group, :n_kv].to(acc_dtype)  # (n_kv, D)
@@ -36,5 +35,4 @@ def naive(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: 
             scores = scores.masked_fill(~causal, float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # every row keeps at least key 0, so no NaN
             out[start:start + n_q, h] = (weights @ vh).to(q.dtype)  # (n_q, D)
-        start += n_q
     return out

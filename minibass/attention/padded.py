@@ -24,9 +24,9 @@ from .base import check_inputs
 
 
 def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-           *, scale: float | None = None) -> Tensor:
+           *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
     """Ragged attention computed on padded tensors. Shapes: see ``minibass.attention.base``."""
-    scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
     batch, n_kv_heads, _, head_dim = k_cache.shape
     total_q, n_heads, _ = q.shape
     group = n_heads // n_kv_heads
@@ -38,7 +38,7 @@ def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
 
     # Packed query r belongs to sequence seq[r] at offset off[r] within that sequence's new tokens.
     seq = torch.repeat_interleave(torch.arange(batch, device=q.device), q_lens)  # (total_q,)
-    off = torch.arange(total_q, device=q.device) - (torch.cumsum(q_lens, 0) - q_lens)[seq]  # (total_q,)
+    off = torch.arange(total_q, device=q.device) - q_starts[seq]  # (total_q,)
     q_pad = q.new_zeros(batch, tq, n_heads, head_dim)  # (B, Tq, H, D)
     q_pad[seq, off] = q
     q_pad = q_pad.view(batch, tq, n_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)  # (B, Hk, G, Tq, D)

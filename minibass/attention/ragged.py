@@ -70,9 +70,9 @@ def _next_power_of_2(n: int) -> int:
 
 
 def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-           *, scale: float | None = None) -> Tensor:
+           *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
     """Ragged attention as one Triton launch. Shapes: see ``minibass.attention.base``."""
-    scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError(f"q dtype must be float16, bfloat16, float32 or float64 for 'ragged', got {q.dtype}")
     on_cpu = q.device.type == "cpu"
@@ -86,7 +86,7 @@ def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
     k_cache = k_cache if k_cache.stride(-1) == 1 else k_cache.contiguous()
     v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
     q_lens, kv_lens = q_lens.to(torch.int32), kv_lens.to(torch.int32)
-    q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens  # exclusive prefix sum
+    q_starts = q_starts.to(torch.int32)
 
     rows = int(q_lens.max()) * group  # most (query, head) rows any sequence has
     block_m = 16 if rows <= 16 else 64  # tl.dot needs every tile dimension >= 16 on a GPU

@@ -18,13 +18,12 @@ from .base import check_inputs
 
 
 def split(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-          *, scale: float | None = None) -> Tensor:
+          *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
     """Ragged attention as one SDPA call per sequence. Shapes: see ``minibass.attention.base``."""
-    scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
     group = q.shape[1] // k_cache.shape[1]
     out = torch.empty_like(q)
-    start = 0
-    for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+    for b, (start, n_q, n_kv) in enumerate(zip(q_starts.tolist(), q_lens.tolist(), kv_lens.tolist())):
         if n_q == 0:
             continue
         q_b = q[start:start + n_q].transpose(0, 1)  # (H, n_q, D)
@@ -34,5 +33,4 @@ def split(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: 
         allowed = torch.ones(n_q, n_kv, dtype=torch.bool, device=q.device).tril(diagonal=n_kv - n_q)  # (n_q, n_kv)
         o_b = scaled_dot_product_attention(q_b, k_b, v_b, attn_mask=allowed, scale=scale)  # (H, n_q, D)
         out[start:start + n_q] = o_b.transpose(0, 1)
-        start += n_q
     return out

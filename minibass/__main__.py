@@ -1,61 +1,208 @@
-"""Command line: ``python -m minibass demo`` (``--help`` lists the options)."""
+"""Command line.
+
+    python -m minibass demo       regular vs batched speculative decoding on the shipped demo pair
+    python -m minibass generate   decode prompts given as text with any local target (and draft) folders
+
+``--help`` after a command lists its options.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import tempfile
 
 import torch
 
 
-def demo(args) -> None:
-    """Decodes a ragged batch with a small random Llama model and prints the tokens and tokens/s."""
+def _load(args):
+    """(target, draft or None, tokenizer) from --target/--draft folders, or the shipped demo pair."""
     import minibass
-    from minibass.bench.common import random_llama
+    from minibass import zoo
 
-    torch.manual_seed(args.seed)
-    with tempfile.TemporaryDirectory() as folder:
-        random_llama(folder, layers=4, hidden=256, vocab=4096)
-        model = minibass.load_model(folder, device=args.device)
-    gen = torch.Generator().manual_seed(args.seed)
-    lengths = [5 + (7 * b) % 23 for b in range(args.batch_size)]  # ragged prompt lengths
-    prompts = [torch.randint(0, model.vocab_size, (n,), generator=gen).tolist() for n in lengths]
-    sampling = minibass.SamplingParams(temperature=args.temperature)
-    print(f"model: random Llama (4 layers, hidden 256, vocab 4096) on {args.device}; "
-          f"batch {args.batch_size}, prompt lengths {lengths}, {args.max_new_tokens} new tokens, "
-          f"attention={args.attention}, {sampling}")
-    result = minibass.generate(model, prompts, args.max_new_tokens, sampling=sampling, seed=args.seed,
-                               attention=args.attention)
-    for b, tokens in enumerate(result.tokens[:4]):
-        print(f"  sequence {b}: prompt {prompts[b][:6]}... -> {tokens[:12]}{' ...' if len(tokens) > 12 else ''}")
+    dtype = getattr(torch, args.dtype)
+    if args.target:
+        target = minibass.load_model(args.target, dtype=dtype, device=args.device)
+        tokenizer = minibass.load_tokenizer(args.target)
+        draft = minibass.load_model(args.draft, dtype=dtype, device=args.device) if args.draft else None
+        if args.draft:
+            _check_same_tokenizer(tokenizer, args.target, args.draft)
+        return target, draft, tokenizer
+    if args.draft:
+        raise ValueError("--draft needs --target too")
+    return zoo.load_demo_pair(dtype=dtype, device=args.device)
+
+
+def _check_same_tokenizer(tokenizer, target_dir, draft_dir):
+    import minibass
+
+    try:
+        draft_tokenizer = minibass.load_tokenizer(draft_dir)
+    except (OSError, ValueError):
+        return  # a draft folder without tokenizer files: the vocabulary sizes are still checked
+    if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"the tokenizers of {target_dir} and {draft_dir} differ; speculative decoding needs the "
+                         f"draft to share the target's vocabulary")
+
+
+def _sampling(args):
+    import minibass
+
+    return minibass.SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def _draft_length(value: str):
+    return int(value) if value.isdigit() else value
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """A plain aligned text table: columns are (key, header)."""
+    cells = [[header for _, header in columns]] + [[str(r.get(key, "")) for key, _ in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def demo(args) -> int:
+    """Regular batched decoding vs batched speculative decoding with each attention backend."""
+    from tqdm import tqdm
+
+    import minibass
+    from minibass import zoo
+
+    target, draft, tokenizer = _load(args)
+    if draft is None:
+        raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
+    texts = zoo.demo_prompts(args.batch_size)
+    if len(texts) < args.batch_size:
+        texts = (texts * args.batch_size)[:args.batch_size]
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    sampling = _sampling(args)
+    backends = args.backends or [b for b in minibass.BACKENDS if args.device != "cpu" or b != "ragged"]
+    print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
+          f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
+          f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new tokens, "
+          f"{sampling}, draft length {args.draft_length}, device {args.device}")
+    if args.device == "cpu" and "ragged" not in backends:
+        print("(the ragged Triton kernel runs in Triton's interpreter on a CPU, correct but slow: "
+              "add it with --backends ragged)")
+    common = dict(sampling=sampling, seed=args.seed, eos_token_id=None)
+    minibass.generate(target, prompts[:1], 2, attention=backends[0], **common)  # warm-up
+    jobs = [("regular", None)] + [("speculative", b) for b in backends]
+    results = {}
+    for kind, backend in tqdm(jobs, desc="decoding", leave=False):
+        if kind == "regular":
+            results["regular"] = minibass.generate(target, prompts, args.max_new_tokens,
+                                                   attention=args.regular_attention, **common)
+        else:
+            results[backend] = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
+                                                             draft_length=_draft_length(args.draft_length),
+                                                             attention=backend, **common)
+    base = results["regular"].stats
+    rows = []
+    for name, result in results.items():
+        s = result.stats
+        lengths = s.draft_lengths
+        rows.append({
+            "method": f"regular generate ({args.regular_attention})" if name == "regular" else f"speculative ({name})",
+            "tok_s": f"{s.tokens_per_second:.1f}",
+            "speedup": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
+            "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
+            "per_call": f"{s.tokens_per_target_call:.2f}",
+            "calls": s.target_calls,
+            "draft": "-" if not lengths else f"{lengths[0]}..{lengths[-1]} (mean {sum(lengths) / len(lengths):.1f})",
+        })
+    print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("speedup", "speed-up"),
+                        ("accept", "acceptance"), ("per_call", "tokens/target call"), ("calls", "target calls"),
+                        ("draft", "draft lengths")]))
+    shown = 0
+    print(f"\n--- completion 1 (prompt, then {args.max_new_tokens} new tokens) ---")
+    print(texts[shown] + tokenizer.decode(results[backends[0]].tokens[shown]))
+    print("---")
+    if sampling.greedy:
+        same = all(results[b].tokens == results["regular"].tokens for b in backends)
+        print(f"greedy check: speculative output {'==' if same else '!='} regular output for all "
+              f"{len(prompts)} prompts and {len(backends)} backends: {'OK' if same else 'MISMATCH'}")
+        return 0 if same else 1
+    print(f"sampled at temperature {sampling.temperature}: outputs differ sample by sample; speculative decoding "
+          f"is exact in distribution (see tests/test_speculative.py)")
+    return 0
+
+
+def generate(args) -> int:
+    """Decodes the given prompts with a target (and a draft: then speculatively)."""
+    import minibass
+
+    target, draft, tokenizer = _load(args)
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in args.prompt]
+    eos = None if args.ignore_eos else tokenizer.eos_token_id
+    common = dict(sampling=_sampling(args), seed=args.seed, attention=args.attention, eos_token_id=eos)
+    if draft is None:
+        result = minibass.generate(target, prompts, args.max_new_tokens, **common)
+    else:
+        result = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
+                                               draft_length=_draft_length(args.draft_length), **common)
     s = result.stats
-    print(f"{s.new_tokens} tokens in {s.wall_time:.2f} s = {s.tokens_per_second:.1f} tokens/s "
-          f"({s.target_calls} forward calls)")
+    completions = [tokenizer.decode(t) for t in result.tokens]
+    if args.json:
+        print(json.dumps({"completions": completions, "tokens": result.tokens, "stats": {
+            "steps": s.steps, "target_calls": s.target_calls, "draft_calls": s.draft_calls,
+            "draft_lengths": s.draft_lengths, "acceptance_rate": s.acceptance_rate,
+            "tokens_per_target_call": s.tokens_per_target_call, "new_tokens": s.new_tokens,
+            "wall_time_s": s.wall_time, "tokens_per_second": s.tokens_per_second, "time_split_s": s.time_split}}))
+        return 0
+    for prompt, completion in zip(args.prompt, completions):
+        print(f"--- {prompt!r}\n{prompt}{completion}")
+    rate = "" if s.acceptance_rate is None else f", acceptance {s.acceptance_rate:.2f}"
+    print(f"--- {s.new_tokens} tokens in {s.wall_time:.2f} s ({s.tokens_per_second:.1f} tokens/s), "
+          f"{s.target_calls} target calls{rate}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minibass", description="minibass: batched speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="decode a batch and report tokens/s")
+
+    def common(p, *, default_tokens):
+        p.add_argument("--target", help="target checkpoint folder (default: the shipped demo pair)")
+        p.add_argument("--draft", help="draft checkpoint folder sharing the target's tokenizer")
+        p.add_argument("--max-new-tokens", type=int, default=default_tokens)
+        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+        p.add_argument("--top-k", type=int, default=0)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--draft-length", default="dynamic", help="an int, 'dynamic' (BASS) or 'per-sequence'")
+        p.add_argument("--device", default="cpu", help="cpu or cuda")
+        p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+        p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("demo", help="regular vs batched speculative decoding on the shipped pair")
+    common(p, default_tokens=48)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--attention", default="split", choices=["naive", "padded", "split", "ragged"],
-                   help="attention backend (ragged runs in Triton's interpreter on the CPU: slow)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backends", nargs="+", choices=["naive", "padded", "split", "ragged"],
+                   help="attention backends for the speculative runs (default: all; on a CPU all but ragged)")
+    p.add_argument("--regular-attention", default="padded", help="backend for the regular baseline")
     p.set_defaults(func=demo)
+
+    p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
+    common(p, default_tokens=64)
+    p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
+    p.add_argument("--attention", default="padded", choices=["naive", "padded", "split", "ragged"])
+    p.add_argument("--ignore-eos", action="store_true", help="always produce --max-new-tokens tokens")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=generate)
     return parser
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
-    except (ValueError, FileNotFoundError) as error:
+        code = args.func(args)
+    except (ValueError, FileNotFoundError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":

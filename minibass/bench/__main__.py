@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention",
+BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention", "peers": "minibass.bench.peers",
               "speculative": "minibass.bench.speculative"}
 
 

@@ -23,7 +23,7 @@ import statistics
 import torch
 
 from minibass.attention import BACKENDS, cost
-from .common import provenance, timed, write_json
+from .common import provenance, pyplot, timed, write_json
 
 CPU_SHAPE = dict(n_heads=8, n_kv_heads=8, head_dim=64, mean_kv=256, dtype=torch.float32)
 GPU_SHAPE = dict(n_heads=32, n_kv_heads=32, head_dim=128, mean_kv=2048, dtype=torch.float16)  # Llama-7B
@@ -116,11 +116,9 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
 
 def make_plot(payload, path):
     """Time vs batch size per backend, one panel per spread, at the largest new-token count."""
-    import matplotlib
     import matplotlib.ticker
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = payload["rows"]
     spreads = sorted({r["spread"] for r in rows})

@@ -65,3 +65,13 @@ def random_llama(folder: str | Path, *, layers=4, hidden=256, heads=8, kv_heads=
                          max_position_embeddings=max_positions, tie_word_embeddings=False)
     LlamaForCausalLM(config).save_pretrained(folder)
     return Path(folder)
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -20,7 +20,7 @@ import tempfile
 import torch
 
 import minibass
-from .common import provenance, random_llama, timed, write_json
+from .common import provenance, pyplot, random_llama, timed, write_json
 
 
 def load_pair(device, dtype):
@@ -82,10 +82,7 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
 
 
 def make_plot(payload, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = payload["rows"]
     backends = sorted({r["backend"] for r in rows[0]["runs"]})

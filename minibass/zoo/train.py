@@ -1,0 +1,276 @@
+"""Trains the demo pair shipped with minibass: a small code model and a distilled draft.
+
+    python -m minibass.zoo.train --out minibass/zoo/demo        # the shipped pair (~40 min, 2 cores)
+    python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
+
+1. Corpus: the Python standard library's own ``.py`` sources of the running interpreter
+   (``sysconfig``), without its test suites; files are split into train / held-out by a hash of
+   their path, so held-out numbers are measured on files never trained on.
+2. Tokenizer: byte-level BPE (``tokenizers``), saved as ``tokenizer.json`` for
+   ``transformers.AutoTokenizer``; it round-trips any text exactly.
+3. Target: a Llama model trained with next-token cross-entropy (``transformers``' own
+   ``LlamaForCausalLM``, AdamW, cosine schedule).
+4. Draft: a much smaller Llama distilled from the target by minimising KL(target || draft) on
+   the target's full next-token distributions, which is what drives acceptance up.
+5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
+   corpus, steps, held-out loss / perplexity and measured acceptance rates.
+
+Everything is seeded; rerunning with the same interpreter gives the same corpus and split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+EOS = "<|endoftext|>"
+SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "__pycache__"}
+
+
+def corpus_files(limit: int | None = None) -> tuple[list[Path], list[Path], Path]:
+    """(train files, held-out files, stdlib root); held-out = ~5% of files by path hash."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.rglob("*.py") if not SKIP_DIRS & set(p.relative_to(root).parts))
+    if limit:
+        files = files[:limit]
+    held = [p for p in files if int(hashlib.sha256(str(p.relative_to(root)).encode()).hexdigest(), 16) % 20 == 0]
+    train = [p for p in files if p not in set(held)]
+    return train, held, root
+
+
+def read(files: list[Path]) -> list[str]:
+    return [p.read_text(encoding="utf-8", errors="replace") for p in files]
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, folder: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None,
+                                   clean_up_tokenization_spaces=False)
+    fast.save_pretrained(folder)
+    return fast
+
+
+def encode_all(tokenizer, texts: list[str]) -> torch.Tensor:
+    """One long stream: file, EOS, file, EOS, ..."""
+    ids = []
+    for text in texts:
+        ids.extend(tokenizer.encode(text, add_special_tokens=False))
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def batches(stream: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
+    """Endless random windows [batch, seq_len + 1] of the token stream."""
+    while True:
+        starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=generator)
+        yield torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])
+
+
+def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 8 * 8,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=max_len, tie_word_embeddings=True, bos_token_id=eos,
+                         eos_token_id=eos, pad_token_id=eos, rope_theta=10000.0)
+    return LlamaForCausalLM(config)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def fit(model, steps: int, data, peak_lr: float, loss_fn, desc: str) -> list[float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    model.train()
+    losses = []
+    bar = tqdm(range(steps), desc=desc, mininterval=5)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, peak_lr, warmup=max(1, steps // 20))
+        loss = loss_fn(next(data))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def held_out_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 64) -> float:
+    windows = stream[: (len(stream) - 1) // seq_len * seq_len + 1]
+    n = min(max_windows, (len(windows) - 1) // seq_len)
+    total = 0.0
+    for i in range(n):
+        x = windows[i * seq_len:(i + 1) * seq_len + 1][None]
+        total += torch.nn.functional.cross_entropy(model(x[:, :-1]).logits[0], x[0, 1:]).item()
+    return total / max(1, n)
+
+
+def acceptance(target_dir: Path, draft_dir: Path, prompts: list[list[int]], new_tokens: int) -> dict:
+    """Acceptance rate of the saved (bf16-rounded) pair through minibass, per temperature and k."""
+    import minibass
+
+    target, draft = minibass.load_model(target_dir), minibass.load_model(draft_dir)
+    out = {}
+    for temperature in (0.0, 1.0):
+        for k in (2, 4, 6):
+            result = minibass.speculative_generate(target, draft, prompts, new_tokens, draft_length=k, seed=0,
+                                                   sampling=minibass.SamplingParams(temperature=temperature),
+                                                   attention="padded")
+            out[f"T={temperature:g},k={k}"] = round(result.stats.acceptance_rate, 4)
+    return out
+
+
+def held_out_prompts(tokenizer, texts: list[str], n: int, length: int) -> list[list[int]]:
+    """The first `length` tokens of function definitions in held-out files."""
+    prompts = []
+    for text in texts:
+        for i, line in enumerate(text.splitlines()):
+            if line.lstrip().startswith("def ") and len(prompts) < n:
+                snippet = "\n".join(text.splitlines()[i:i + 6])
+                ids = tokenizer.encode(snippet, add_special_tokens=False)[:length]
+                if len(ids) == length:
+                    prompts.append(ids)
+    return prompts
+
+
+MODEL_CARD = """---
+library_name: transformers
+tags: [minibass, speculative-decoding, demo]
+---
+# minibass demo {role}
+
+{summary}
+
+| | |
+|---|---|
+| architecture | Llama: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, tied embeddings, {params:,} parameters |
+| weights | bfloat16 safetensors |
+| corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {n_held} held-out files ({held_tokens:,} tokens), split by path hash |
+| training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device} |
+| held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}) |
+| acceptance (this pair, held-out prompts, minibass `speculative_generate`) | {acceptance} |
+
+Made by `python -m minibass.zoo.train {argv}` ({date}).
+"""
+
+
+def save(model, tokenizer, folder: Path, card: str):
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    model.to(torch.float32)
+    tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text(card)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m minibass.zoo.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
+    parser.add_argument("--fast", action="store_true", help="tiny corpus, tiny models, a few steps (for tests)")
+    parser.add_argument("--target-steps", type=int, default=1400)
+    parser.add_argument("--draft-steps", type=int, default=900)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=4096)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.fast:
+        args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    started = time.time()
+    out = Path(args.out)
+    tmp = out / "_tokenizer"
+    tmp.mkdir(parents=True, exist_ok=True)
+
+    train_files, held_files, root = corpus_files(limit=12 if args.fast else None)
+    train_texts, held_texts = read(train_files), read(held_files)
+    if not held_texts:
+        held_texts = train_texts[-1:]
+    print(f"corpus: {len(train_files)} train / {len(held_files)} held-out files from {root}", flush=True)
+    tokenizer = train_tokenizer(train_texts, args.vocab, tmp)
+    train_stream, held_stream = encode_all(tokenizer, train_texts), encode_all(tokenizer, held_texts)
+    print(f"tokens: {len(train_stream):,} train, {len(held_stream):,} held-out", flush=True)
+    gen = torch.Generator().manual_seed(args.seed)
+    vocab, eos = len(tokenizer), tokenizer.eos_token_id
+
+    shapes = {"target": (64, 2, 4, 2) if args.fast else (256, 4, 8, 4),
+              "draft": (32, 1, 2, 1) if args.fast else (128, 2, 4, 2)}
+    target = llama(vocab, *shapes["target"], 1024, eos)
+    draft = llama(vocab, *shapes["draft"], 1024, eos)
+
+    def lm_loss(x):
+        logits = target(x[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
+
+    t0 = time.time()
+    fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), 3e-3, lm_loss, "target")
+    target_minutes = (time.time() - t0) / 60
+
+    def kd_loss(x):
+        with torch.no_grad():
+            teacher = torch.log_softmax(target(x[:, :-1]).logits.float(), -1)
+        student = torch.log_softmax(draft(x[:, :-1]).logits.float(), -1)
+        return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
+                                          log_target=True, reduction="batchmean")  # KL(target || draft)
+
+    t0 = time.time()
+    fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), 3e-3, kd_loss, "draft")
+    draft_minutes = (time.time() - t0) / 60
+
+    losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
+    common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
+                  train_tokens=len(train_stream), held_tokens=len(held_stream), batch=args.batch,
+                  seq_len=args.seq_len, lr=3e-3, seed=args.seed, vocab=vocab,
+                  device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(sys.argv[1:] if argv is None else argv),
+                  date=time.strftime("%Y-%m-%d"))
+    folders = {"target": out / "target", "draft": out / "draft"}
+    for name, model in (("target", target), ("draft", draft)):
+        save(model, tokenizer, folders[name], "")  # weights first: acceptance is measured on the saved pair
+    prompts = held_out_prompts(tokenizer, held_texts, 2 if args.fast else 32, 8 if args.fast else 24)
+    rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], 8 if args.fast else 48)
+    summary = {
+        "target": "The target of minibass's demo pair: a small code model trained from scratch.",
+        "draft": "The draft of minibass's demo pair, distilled from the target (KL to its distributions).",
+    }
+    for name, model in (("target", target), ("draft", draft)):
+        hidden, layers, heads, kv_heads = shapes[name]
+        card = MODEL_CARD.format(role=name, summary=summary[name], layers=layers, hidden=hidden, heads=heads,
+                                 kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
+                                 steps=args.target_steps if name == "target" else args.draft_steps,
+                                 minutes=target_minutes if name == "target" else draft_minutes,
+                                 held_loss=losses[name], held_ppl=math.exp(losses[name]),
+                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()), **common)
+        (folders[name] / "README.md").write_text(card)
+    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": (time.time() - started) / 60, **common}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    shutil.rmtree(tmp)
+    print(json.dumps(metrics, indent=2))
+
+
+if __name__ == "__main__":
+    main()

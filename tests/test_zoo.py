@@ -1,0 +1,119 @@
+"""The shipped demo pair, the training script's fast mode, and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import minibass
+from minibass import zoo
+
+FP32_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return zoo.load_demo_pair()
+
+
+@pytest.fixture(scope="module")
+def hf_pair():
+    from transformers import AutoModelForCausalLM
+
+    target_dir, draft_dir = zoo.demo_paths()
+    return tuple(AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval() for d in (target_dir, draft_dir))
+
+
+def test_shipped_pair_is_small_and_documented():
+    total = 0
+    for folder in zoo.demo_paths():
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "README.md"):
+            assert (folder / name).exists(), name
+        total += sum(f.stat().st_size for f in folder.iterdir())
+        card = (folder / "README.md").read_text()
+        assert "held-out loss" in card and "T=0,k=4" in card and "T=1,k=4" in card
+    assert total < 25e6
+
+
+def test_logits_match_transformers(pair, hf_pair):
+    target, draft, tokenizer = pair
+    ids = tokenizer.encode(zoo.demo_prompts(1)[0], add_special_tokens=False)
+    for ours, theirs in zip((target, draft), hf_pair):
+        logits = ours(torch.tensor(ids), torch.tensor([len(ids)]), ours.init_cache(1, len(ids)), attention="naive")
+        with torch.no_grad():
+            ref = theirs(torch.tensor([ids])).logits[0]
+        assert (logits - ref).abs().max() <= FP32_TOL
+
+
+def test_tokenizer_round_trips_held_out_text(pair):
+    _, _, tokenizer = pair
+    for path in zoo.held_out_files()[:5]:
+        text = path.read_text(encoding="utf-8")
+        assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+
+
+def test_greedy_outputs_match_transformers_on_demo_prompts(pair, hf_pair):
+    target, draft, tokenizer = pair
+    hf_target = hf_pair[0]
+    hf_target.generation_config.eos_token_id = None
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(4)]
+    greedy = minibass.SamplingParams(temperature=0)
+    ours = minibass.generate(target, prompts, 16, sampling=greedy, attention="padded").tokens
+    spec = minibass.speculative_generate(target, draft, prompts, 16, sampling=greedy, attention="split").tokens
+    assert spec == ours
+    for prompt, tokens in zip(prompts, ours):
+        with torch.no_grad():
+            ref = hf_target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
+                                     pad_token_id=tokenizer.eos_token_id)
+        assert ref[0, len(prompt):].tolist() == tokens
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "minibass", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_demo_end_to_end():
+    result = run_cli("demo", "--batch-size", "2", "--max-new-tokens", "6", "--backends", "padded", "split")
+    assert result.returncode == 0, result.stderr
+    assert "speculative (split)" in result.stdout and "greedy check" in result.stdout and "OK" in result.stdout
+
+
+def test_generate_cli_json():
+    result = run_cli("generate", "--prompt", "def add(a, b):\n", "--prompt", "import os\n", "--max-new-tokens", "5",
+                     "--draft-length", "3", "--json", "--ignore-eos")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert [len(t) for t in payload["tokens"]] == [5, 5] and payload["stats"]["acceptance_rate"] is not None
+
+
+def test_generate_cli_errors(tmp_path):
+    missing = run_cli("generate", "--target", str(tmp_path / "nope"), "--prompt", "x")
+    assert missing.returncode == 2 and "checkpoint folder not found" in missing.stderr
+    target_dir, _ = zoo.demo_paths()
+    too_long = run_cli("generate", "--target", str(target_dir), "--prompt", "x = 1\n" * 2000)
+    assert too_long.returncode == 2 and "max_seq_len" in too_long.stderr
+
+
+def test_training_fast_mode_and_mismatched_tokenizers(tmp_path):
+    """The training script cannot rot: a few steps on a tiny corpus, end to end."""
+    from minibass.zoo import train
+
+    train.main(["--out", str(tmp_path), "--fast"])
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics["acceptance"]) >= {"T=0,k=4", "T=1,k=4"}
+    from transformers import AutoModelForCausalLM
+
+    for name in ("target", "draft"):
+        ours = minibass.load_model(tmp_path / name)
+        theirs = AutoModelForCausalLM.from_pretrained(tmp_path / name, dtype=torch.float32).eval()
+        ids = torch.tensor([1, 2, 3, 4])
+        with torch.no_grad():
+            ref = theirs(ids[None]).logits[0]
+        assert (ours(ids, torch.tensor([4]), ours.init_cache(1, 4), attention="naive") - ref).abs().max() <= FP32_TOL
+    target_dir, _ = zoo.demo_paths()
+    mismatch = run_cli("generate", "--target", str(target_dir), "--draft", str(tmp_path / "draft"), "--prompt", "x")
+    assert mismatch.returncode == 2 and "tokenizers" in mismatch.stderr

@@ -7,9 +7,9 @@ One process, one run: for each batch size, ``generate`` on the target, then
 BASS's dynamic policy). Reports tokens/s, speed-up over regular decoding, acceptance rate,
 mean tokens per target call, target calls and the draft / verify / accept time split.
 
-The pair: the shipped demo pair when ``minibass.zoo`` has one, else two random Llama models
-(target 4 layers x 256, draft 1 layer x 128). With random weights the acceptance rate says
-nothing about real models — the output says so.
+The pair: the shipped demo pair with held-out code prompts when ``minibass.zoo`` has one, else
+two random Llama models on random prompts (target 4 layers x 256, draft 1 layer x 128). With
+random weights the acceptance rate says nothing about real models — the output says so.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from .common import provenance, pyplot, random_llama, timed, write_json
 
 
 def load_pair(device, dtype):
+    """(target, draft, description, prompt maker): the demo pair with held-out code prompts, else random."""
     try:
         from minibass import zoo
-        target, draft, _ = zoo.load_demo_pair(dtype=dtype, device=device)
-        return target, draft, "the shipped demo pair"
+        target, draft, tokenizer = zoo.load_demo_pair(dtype=dtype, device=device)
+        texts = zoo.demo_prompts(16)
+        held_out = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        return target, draft, "the shipped demo pair, held-out code prompts", lambda b: (held_out * b)[:b]
     except (ImportError, AttributeError, FileNotFoundError):
         pass
     with tempfile.TemporaryDirectory() as folder:
@@ -35,19 +38,22 @@ def load_pair(device, dtype):
                                      device=device)
         draft = minibass.load_model(random_llama(f"{folder}/d", layers=1, hidden=128, heads=4, kv_heads=2, seed=1),
                                     dtype=dtype, device=device)
-    return target, draft, "random Llama pair (target 4x256, draft 1x128): acceptance is meaningless"
+    gen = torch.Generator().manual_seed(0)
+
+    def random_prompts(batch):
+        return [torch.randint(0, target.vocab_size, (8 + (5 * b) % 17,), generator=gen).tolist() for b in range(batch)]
+
+    return target, draft, "random Llama pair (target 4x256, draft 1x128): acceptance is meaningless", random_prompts
 
 
 def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, out, plot):
     dtype = torch.float32
-    target, draft, pair = load_pair(device, dtype)
+    target, draft, pair, make_prompts = load_pair(device, dtype)
     print(f"pair: {pair}")
     sampling = minibass.SamplingParams(temperature=temperature)
-    gen = torch.Generator().manual_seed(0)
     rows = []
     for batch in batch_sizes:
-        lengths = [8 + (5 * b) % 17 for b in range(batch)]
-        prompts = [torch.randint(0, target.vocab_size, (n,), generator=gen).tolist() for n in lengths]
+        prompts = make_prompts(batch)
         regular = lambda: minibass.generate(target, prompts, new_tokens, sampling=sampling, seed=0,  # noqa: E731
                                             attention="padded")
         regular()  # warm-up

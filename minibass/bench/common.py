@@ -47,6 +47,12 @@ def timed(fn, *, device: str) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def median_timed(fn, *, device: str, reps: int) -> tuple[float, object]:
+    """The median of ``reps`` timed calls of fn() (after the caller's warm-up), and the last result."""
+    runs = [timed(fn, device=device) for _ in range(reps)]
+    return sorted(r[0] for r in runs)[len(runs) // 2], runs[-1][1]
+
+
 def write_json(path: str | Path, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,12 +22,12 @@ import torch
 
 import minibass
 from minibass import zoo
-from .common import provenance, pyplot, timed, write_json
+from .common import median_timed, provenance, pyplot, write_json
 
 METHODS = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
 
 
-def run(device, batch_sizes, new_tokens, attention, out, plot):
+def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3):
     from transformers import AutoModelForCausalLM
 
     target_dir, draft_dir = zoo.demo_paths()
@@ -83,7 +83,7 @@ def run(device, batch_sizes, new_tokens, attention, out, plot):
         for batch in batch_sizes:
             outputs, row = {}, {"temperature": temperature, "batch": batch}
             for name, fn in methods(prompts[:batch], temperature).items():
-                seconds, tokens = timed(fn, device=device)
+                seconds, tokens = median_timed(fn, device=device, reps=reps)
                 outputs[name] = tokens
                 row[f"{name}_tok_s"] = batch * new_tokens / seconds
             for name in METHODS:
@@ -95,7 +95,7 @@ def run(device, batch_sizes, new_tokens, attention, out, plot):
                 f"{n}={row[f'{n}_tok_s']:.1f} tok/s (x{row[f'{n}_vs_hf_generate']:.2f})" for n in METHODS)
                 + (f"  identical={row['greedy_identical']}" if temperature == 0 else ""), flush=True)
     payload = {"provenance": provenance(device), "pair": "shipped demo pair (minibass/zoo/demo)",
-               "new_tokens": new_tokens, "attention": attention,
+               "new_tokens": new_tokens, "attention": attention, "reps": reps, "timing": "median of reps",
                "note": "hf_assisted runs one prompt at a time: transformers' assisted generation refuses batch > 1",
                "rows": rows}
     print(f"wrote {write_json(out, payload)}")
@@ -142,9 +142,10 @@ def main(argv=None):
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--attention", default="split", help="minibass backend (default split: fastest on a CPU)")
+    parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args(argv)
     kind = args.device.split(":")[0]
     run(args.device, args.batch_sizes, args.new_tokens, args.attention,
-        args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png")
+        args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps)

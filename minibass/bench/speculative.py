@@ -20,7 +20,7 @@ import tempfile
 import torch
 
 import minibass
-from .common import provenance, pyplot, random_llama, timed, write_json
+from .common import median_timed, provenance, pyplot, random_llama, timed, write_json
 
 
 def load_pair(device, dtype):
@@ -46,7 +46,7 @@ def load_pair(device, dtype):
     return target, draft, "random Llama pair (target 4x256, draft 1x128): acceptance is meaningless", random_prompts
 
 
-def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, out, plot):
+def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, out, plot, reps=3):
     dtype = torch.float32
     target, draft, pair, make_prompts = load_pair(device, dtype)
     print(f"pair: {pair}")
@@ -57,14 +57,14 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
         regular = lambda: minibass.generate(target, prompts, new_tokens, sampling=sampling, seed=0,  # noqa: E731
                                             attention="padded")
         regular()  # warm-up
-        base_s, base = timed(regular, device=device)
+        base_s, base = median_timed(regular, device=device, reps=reps)
         row = {"batch": batch, "regular_tok_s": base.stats.new_tokens / base_s, "runs": []}
         for backend in backends:
             for k in draft_lengths:
                 call = lambda: minibass.speculative_generate(target, draft, prompts, new_tokens,  # noqa: E731
                                                              sampling=sampling, draft_length=k, seed=0,
                                                              attention=backend)
-                seconds, result = timed(call, device=device)
+                seconds, result = median_timed(call, device=device, reps=reps)
                 s = result.stats
                 row["runs"].append({
                     "backend": backend, "draft_length": k, "tok_s": s.new_tokens / seconds,
@@ -81,7 +81,7 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
         print(f"B={batch:<2} regular        {row['regular_tok_s']:7.1f} tok/s", flush=True)
         rows.append(row)
     payload = {"provenance": provenance(device), "pair": pair, "new_tokens": new_tokens,
-               "temperature": temperature, "rows": rows}
+               "temperature": temperature, "reps": reps, "timing": "median of reps after a warm-up", "rows": rows}
     print(f"wrote {write_json(out, payload)}")
     if plot:
         print(f"wrote {make_plot(payload, plot)}")
@@ -120,6 +120,7 @@ def main(argv=None):
                         help="default: all but ragged on the CPU (interpreted there)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args(argv)
@@ -127,4 +128,5 @@ def main(argv=None):
     backends = args.backends or [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
     draft_lengths = [int(k) if k.isdigit() else k for k in args.draft_lengths]
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,
-        args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png")
+        args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png",
+        args.reps)

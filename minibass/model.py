@@ -16,7 +16,7 @@ V vocab, E hidden size, F MLP size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -45,7 +45,6 @@ class ModelConfig:
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     model_type: str = "llama"
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

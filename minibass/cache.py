@@ -13,6 +13,31 @@ import torch
 from torch import Tensor
 
 
+def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Where the packed new tokens of one step go.
+
+    q_lens: long [B] new tokens per sequence; lengths: long [B] tokens already cached.
+    Returns seq_ids long [N] (the sequence of each packed token), q_starts long [B] (where each
+    sequence's tokens start in the packed batch) and positions long [N] (each token's absolute
+    position in its sequence: lengths[seq] + its offset within this step).
+    """
+    seq_ids = torch.repeat_interleave(torch.arange(len(q_lens), device=q_lens.device), q_lens)  # (N,)
+    q_starts = torch.cumsum(q_lens, 0) - q_lens  # (B,)
+    positions = lengths[seq_ids] + torch.arange(len(seq_ids), device=q_lens.device) - q_starts[seq_ids]  # (N,)
+    return seq_ids, q_starts, positions
+
+
+def checked_truncation(lengths, current: Tensor) -> Tensor:
+    """``lengths`` as a long tensor like ``current``, after checking 0 <= lengths <= current per sequence."""
+    lengths = torch.as_tensor(lengths, device=current.device).long()
+    if lengths.shape != current.shape:
+        raise ValueError(f"truncate: lengths must have shape {tuple(current.shape)}, got {tuple(lengths.shape)}")
+    if (lengths < 0).any() or (lengths > current).any():
+        raise ValueError(f"truncate: lengths must be in [0, current] per sequence, "
+                         f"got {lengths.tolist()} with current {current.tolist()}")
+    return lengths.clone()
+
+
 class KVCache:
     """k, v: list over layers of [B, Hk, C, D]; lengths: long [B]."""
 
@@ -35,10 +60,4 @@ class KVCache:
 
     def truncate(self, lengths) -> None:
         """Rolls each sequence back to ``lengths[b]`` tokens (each <= its current length)."""
-        lengths = torch.as_tensor(lengths, device=self.lengths.device).long()
-        if lengths.shape != self.lengths.shape:
-            raise ValueError(f"truncate: lengths must have shape {tuple(self.lengths.shape)}, got {tuple(lengths.shape)}")
-        if (lengths < 0).any() or (lengths > self.lengths).any():
-            raise ValueError(f"truncate: lengths must be in [0, current] per sequence, "
-                             f"got {lengths.tolist()} with current {self.lengths.tolist()}")
-        self.lengths = lengths.clone()
+        self.lengths = checked_truncation(lengths, self.lengths)

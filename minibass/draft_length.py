@@ -53,10 +53,8 @@ class BassDynamicDraftLength:
     l_mod: int = 10
     l_limit: int = 32
     s: int = 0
-    history: list[int] = field(default_factory=list)
 
     def lengths(self, active):
-        self.history.append(self.l_draft)
         return [self.l_draft] * len(active)
 
     def update(self, active, proposed, accepted):

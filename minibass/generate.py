@@ -83,8 +83,10 @@ class GenerationResult:
     stats: GenerationStats
 
 
-def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int) -> None:
+def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, sampling: SamplingParams) -> None:
     """The ValueErrors the contract asks for, shared by both decoders."""
+    if not isinstance(sampling, SamplingParams):
+        raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
@@ -102,7 +104,7 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int) -> N
 
 
 def last_logits(logits: Tensor, q_lens: Tensor) -> Tensor:
-    """The logits of each sequence's last new token: [N, V] packed -> [B, V] (sequences with q_len > 0)."""
+    """The logits of each sequence's last new token: [N, V] packed -> [B, V]; every q_lens[b] must be > 0."""
     return logits[torch.cumsum(q_lens, 0) - 1]
 
 
@@ -121,9 +123,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     seed: None, an int (sequence b uses stream ``stream_seed(seed, b)``) or one int per prompt
     (then a prompt's output does not depend on the rest of the batch). See ``SeedStreams``.
     """
-    check_request([model], prompts, max_new_tokens)
-    if not isinstance(sampling, SamplingParams):
-        raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    check_request([model], prompts, max_new_tokens, sampling)
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
     out: list[list[int]] = [[] for _ in range(batch)]

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import BACKENDS
-from .cache import KVCache
+from .cache import KVCache, pack_positions
 
 
 @dataclass
@@ -232,9 +232,7 @@ class Decoder(nn.Module):
         if (kv_lens > self.max_seq_len).any():
             raise ValueError(f"sequence length would exceed max_seq_len={self.max_seq_len}: {kv_lens.tolist()}")
 
-        seq_ids = torch.repeat_interleave(torch.arange(cache.batch_size, device=device), q_lens)  # (N,)
-        starts = torch.cumsum(q_lens, 0) - q_lens  # (B,) first packed index of each sequence
-        positions = cache.lengths[seq_ids] + torch.arange(tokens.shape[0], device=device) - starts[seq_ids]  # (N,)
+        seq_ids, starts, positions = pack_positions(q_lens, cache.lengths)  # (N,), (B,), (N,)
         angles = positions[:, None].to(torch.float64) * self.inv_freq[None, :]  # (N, D/2), float64 for exactness
         x = self.model.embed_tokens(tokens)  # (N, E)
         step = Step(seq_ids, positions, q_lens, starts, kv_lens, angles.cos().to(x.dtype), angles.sin().to(x.dtype),

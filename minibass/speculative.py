@@ -33,7 +33,7 @@ import time
 import torch
 
 from .draft_length import make_policy
-from .generate import IDLE, GenerationResult, GenerationStats, check_request, finished_after
+from .generate import IDLE, GenerationResult, GenerationStats, check_request, finished_after, last_logits
 from .rejection import accept_and_resample
 from .sampling import SamplingParams, SeedStreams, probs, sample_from
 
@@ -84,11 +84,10 @@ def _draft(draft, cache, pending, ks, streams, sampling, attention, stats):
     dists = {b: [] for b in ks}
     for i in range(max(ks.values(), default=0)):
         feed = {b: (pending[b] if i == 0 else [tokens[b][-1]]) for b, k in ks.items() if k > i}
+        order = sorted(feed)
         logits, q_lens = _forward(draft, batch, feed, cache, attention)
         stats.draft_calls += 1
-        last = torch.cumsum(q_lens[sorted(feed)], 0) - 1  # each drafting sequence's last new token
-        q = probs(logits[last.to(logits.device)], sampling)  # (B_drafting, V)
-        order = sorted(feed)
+        q = probs(last_logits(logits, q_lens[order].to(logits.device)), sampling)  # (B_drafting, V)
         x = sample_from(q, streams.uniform(order)[:, 0].to(q.device)).tolist()
         for j, b in enumerate(order):
             tokens[b].append(x[j])
@@ -100,14 +99,11 @@ def _verify(target, cache, last_token, drafts, sampling, attention, stats):
     """One target forward over [last, x_1..x_k] per sequence; returns p {b: [k+1, V]}."""
     batch = cache.lengths.shape[0]
     feed = {b: [last_token[b]] + xs for b, xs in drafts.items()}
-    logits, q_lens = _forward(target, batch, feed, cache, attention)
+    logits, _ = _forward(target, batch, feed, cache, attention)
     stats.target_calls += 1
-    p = probs(logits, sampling)  # (N, V) packed
-    out, start = {}, 0
-    for b in sorted(feed):
-        out[b] = p[start:start + len(feed[b])]
-        start += len(feed[b])
-    return out
+    order = sorted(feed)
+    p = probs(logits, sampling).split([len(feed[b]) for b in order])  # packed (N, V) -> per sequence
+    return dict(zip(order, p))
 
 
 def _accept(drafts, q, p, streams, vocab):
@@ -145,9 +141,7 @@ def _kept_lengths(target_len: int, draft_len: int, n: int, k: int) -> tuple[int,
     pending tokens and x_1..x_{k-1} (x_k is never fed) and keeps its pending tokens and
     x_1..x_min(n, k-1). A sequence that drafted nothing (k = 0) fed the draft nothing.
     """
-    if k == 0:
-        return target_len - (k - n), draft_len
-    return target_len - (k - n), draft_len - ((k - 1) - min(n, k - 1))
+    return target_len - (k - n), draft_len - ((k - 1) - min(n, k - 1) if k else 0)
 
 
 def _unseen_by_draft(pending: list[int], drafted: list[int], n: int, y: int) -> list[int]:
@@ -172,12 +166,10 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
     differently, so equal seeds do not give equal samples across the two functions.
     """
-    check_request([target, draft], prompts, max_new_tokens)
+    check_request([target, draft], prompts, max_new_tokens, sampling)
     if target.vocab_size != draft.vocab_size:
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
-    if not isinstance(sampling, SamplingParams):
-        raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     policy = make_policy(draft_length)
     batch = len(prompts)
     streams = SeedStreams(seed, batch)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .cache import checked_truncation, pack_positions
+
 
 class TableCache:
     """Token history per sequence: tokens [B, C] and lengths [B]."""
@@ -25,11 +27,7 @@ class TableCache:
         self.lengths = torch.zeros(batch_size, dtype=torch.long)
 
     def truncate(self, lengths) -> None:
-        lengths = torch.as_tensor(lengths).long()
-        if lengths.shape != self.lengths.shape or (lengths < 0).any() or (lengths > self.lengths).any():
-            raise ValueError(f"truncate: lengths must be in [0, current] per sequence, "
-                             f"got {lengths.tolist()} with current {self.lengths.tolist()}")
-        self.lengths = lengths.clone()
+        self.lengths = checked_truncation(lengths, self.lengths)
 
 
 class TableLM:
@@ -85,8 +83,7 @@ class TableLM:
             raise ValueError("table cache capacity exceeded")
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
-        seq = torch.repeat_interleave(torch.arange(len(q_lens)), q_lens)  # (N,) sequence of each token
-        pos = cache.lengths[seq] + torch.arange(tokens.numel()) - (torch.cumsum(q_lens, 0) - q_lens)[seq]  # (N,)
+        seq, _, pos = pack_positions(q_lens, cache.lengths)  # (N,) sequence and position of each token
         cache.tokens[seq, pos] = tokens
         code = torch.zeros_like(pos)
         for back in range(self.order - 1, -1, -1):  # the last `order` tokens up to and including pos

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from .base import check_inputs
 
+
 class _Kernels:
     """The compiled (CUDA) and interpreted (CPU) forms of the one kernel, built on first use."""
 

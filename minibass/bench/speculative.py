@@ -20,7 +20,7 @@ import tempfile
 import torch
 
 import minibass
-from .common import median_timed, provenance, pyplot, random_llama, timed, write_json
+from .common import median_timed, provenance, pyplot, random_llama, write_json
 
 
 def load_pair(device, dtype):

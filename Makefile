@@ -24,8 +24,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-bench: setup
+bench: setup   # all four benchmarks; each writes JSON and a plot to bench_results/
 	$(PY) -m minibass.bench decode
+	$(PY) -m minibass.bench attention
+	$(PY) -m minibass.bench speculative
+	$(PY) -m minibass.bench peers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -9,7 +9,7 @@ from .cache import KVCache
 from .generate import CausalLM, Cache, GenerationResult, GenerationStats, generate
 from .loading import load_model, load_tokenizer
 from .model import Decoder, ModelConfig
-from .rejection import rejection_sample, warp_pair
+from .rejection import rejection_sample
 from .sampling import SamplingParams
 from .speculative import speculative_generate
 from .table import TableLM
@@ -19,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BACKENDS", "Cache", "CausalLM", "Decoder", "GenerationResult", "GenerationStats", "KVCache",
     "ModelConfig", "SamplingParams", "TableLM", "attention", "exact", "generate", "load_model", "load_tokenizer",
-    "rejection_sample", "sampling", "speculative_generate", "warp_pair",
+    "rejection_sample", "sampling", "speculative_generate",
 ]

@@ -81,6 +81,7 @@ def demo(args) -> int:
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     sampling = _sampling(args)
     backends = args.backends or [b for b in minibass.BACKENDS if args.device != "cpu" or b != "ragged"]
+    regular = args.regular_attention or minibass.attention.default_backend(args.device)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new tokens, "
@@ -95,7 +96,7 @@ def demo(args) -> int:
     for kind, backend in tqdm(jobs, desc="decoding", leave=False):
         if kind == "regular":
             results["regular"] = minibass.generate(target, prompts, args.max_new_tokens,
-                                                   attention=args.regular_attention, **common)
+                                                   attention=regular, **common)
         else:
             results[backend] = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
                                                              draft_length=_draft_length(args.draft_length),
@@ -106,7 +107,7 @@ def demo(args) -> int:
         s = result.stats
         lengths = s.draft_lengths
         rows.append({
-            "method": f"regular generate ({args.regular_attention})" if name == "regular" else f"speculative ({name})",
+            "method": f"regular generate ({regular})" if name == "regular" else f"speculative ({name})",
             "tok_s": f"{s.tokens_per_second:.1f}",
             "speedup": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
@@ -162,6 +163,9 @@ def generate(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from minibass.attention import BACKENDS
+
+    backends = sorted(BACKENDS)
     parser = argparse.ArgumentParser(prog="python -m minibass", description="minibass: batched speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -180,15 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="regular vs batched speculative decoding on the shipped pair")
     common(p, default_tokens=48)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--backends", nargs="+", choices=["naive", "padded", "split", "ragged"],
+    p.add_argument("--backends", nargs="+", choices=backends,
                    help="attention backends for the speculative runs (default: all; on a CPU all but ragged)")
-    p.add_argument("--regular-attention", default="padded", help="backend for the regular baseline")
+    p.add_argument("--regular-attention", default=None, choices=backends,
+                   help="backend for the regular baseline (default: the device's default backend)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
     common(p, default_tokens=64)
     p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
-    p.add_argument("--attention", default="padded", choices=["naive", "padded", "split", "ragged"])
+    p.add_argument("--attention", default=None, choices=backends,
+                   help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
     p.add_argument("--ignore-eos", action="store_true", help="always produce --max-new-tokens tokens")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=generate)

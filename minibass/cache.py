@@ -1,10 +1,14 @@
 """The per-sequence KV cache: fixed-capacity tensors plus a ``lengths`` vector.
 
-For each layer, ``k[layer]`` and ``v[layer]`` have shape [B, Hk, C, D]. Sequence ``b`` owns
+For each layer, ``kv[layer]`` has shape [2, B, Hk, C, D]: keys ``kv[layer][0]`` and values
+``kv[layer][1]``, in one tensor so that a step writes both with one scatter. Sequence ``b`` owns
 positions ``[0, lengths[b])``; anything at or beyond ``lengths[b]`` is garbage that attention
 never reads. That makes rollback free: ``truncate`` only lowers ``lengths``, and the next
 append overwrites the stale slots. This is the ragged cache of BASS: after a speculative step
 every sequence can have a different length.
+
+``lengths`` lives on the host (CPU) whatever the device of ``k`` and ``v``: the decoder needs
+the values every step (positions, the longest cache), and reading them from a GPU would stall it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Ten
 
 def checked_truncation(lengths, current: Tensor) -> Tensor:
     """``lengths`` as a long tensor like ``current``, after checking 0 <= lengths <= current per sequence."""
-    lengths = torch.as_tensor(lengths, device=current.device).long()
+    lengths = torch.as_tensor(lengths).long().to(current.device)
     if lengths.shape != current.shape:
         raise ValueError(f"truncate: lengths must have shape {tuple(current.shape)}, got {tuple(lengths.shape)}")
     if (lengths < 0).any() or (lengths > current).any():
@@ -39,16 +43,15 @@ def checked_truncation(lengths, current: Tensor) -> Tensor:
 
 
 class KVCache:
-    """k, v: list over layers of [B, Hk, C, D]; lengths: long [B]."""
+    """kv: list over layers of [2, B, Hk, C, D] on ``device``; lengths: long [B] on the host."""
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, capacity: int, head_dim: int,
                  *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         if batch_size < 1 or capacity < 1:
             raise ValueError(f"batch_size and capacity must be >= 1, got {batch_size} and {capacity}")
-        shape = (batch_size, n_kv_heads, capacity, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+        shape = (2, batch_size, n_kv_heads, capacity, head_dim)
+        self.kv = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lengths = torch.zeros(batch_size, dtype=torch.long)  # on the host, see the module docstring
 
     @property
     def batch_size(self) -> int:
@@ -56,7 +59,7 @@ class KVCache:
 
     @property
     def capacity(self) -> int:
-        return self.k[0].shape[2] if self.k else 0
+        return self.kv[0].shape[3] if self.kv else 0
 
     def truncate(self, lengths) -> None:
         """Rolls each sequence back to ``lengths[b]`` tokens (each <= its current length)."""

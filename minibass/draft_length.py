@@ -40,7 +40,8 @@ class FixedDraftLength:
 class BassDynamicDraftLength:
     """BASS Algorithm 1 (Qian et al. 2024, §3.3): one draft length for the whole batch.
 
-    Start at l_draft = 7. After each step, with x the most tokens any active sequence accepted:
+    Start at l_draft = 7. After each step, with x the most tokens any sequence that drafted accepted
+    (a sequence capped by its token budget to 0 drafts proposed nothing and does not count):
       * if that sequence accepted its whole draft:  l = min(l + l_incre, l_limit);  s = 0
       * otherwise:  l = max(1, x, l - ceil(l / l_mod) - s);  s = 1
     so the length grows quickly while drafts are fully accepted, and shrinks faster on
@@ -58,9 +59,10 @@ class BassDynamicDraftLength:
         return [self.l_draft] * len(active)
 
     def update(self, active, proposed, accepted):
-        if not accepted:
+        drafted = [i for i, k in enumerate(proposed) if k > 0]  # a sequence that proposed nothing does not decide
+        if not drafted:
             return
-        best = max(range(len(accepted)), key=lambda i: (accepted[i], accepted[i] == proposed[i]))
+        best = max(drafted, key=lambda i: (accepted[i], accepted[i] == proposed[i]))
         if accepted[best] == proposed[best]:
             self.l_draft = min(self.l_draft + self.l_incre, self.l_limit)
             self.s = 0

@@ -5,6 +5,10 @@
 
 The decoders use only the ``CausalLM`` protocol: ``vocab_size``, optional ``max_seq_len``,
 ``init_cache(batch, capacity)`` and ``forward(tokens, q_lens, cache, attention=...)``.
+
+``attention=None`` (the default) lets the model pick: minibass's ``Decoder`` takes
+``minibass.attention.default_backend(device)`` — "ragged" on CUDA when Triton imports,
+"padded" on a CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Protocol, Sequence
 import torch
 from torch import Tensor
 
-from .sampling import SamplingParams, SeedStreams, probs, sample_from
+from .sampling import SamplingParams, SeedStreams, sample
 
 
 class Cache(Protocol):
@@ -30,7 +34,7 @@ class CausalLM(Protocol):
 
     def init_cache(self, batch_size: int, capacity: int) -> Cache: ...
 
-    def forward(self, tokens: Tensor, q_lens: Tensor, cache: Cache, *, attention: str = "ragged") -> Tensor: ...
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: Cache, *, attention: str | None = None) -> Tensor: ...
 
 
 IDLE = -1  # marks a sequence that did no work in a step, in ``GenerationStats.accepted``
@@ -115,13 +119,14 @@ def finished_after(new_tokens: list[int], max_new_tokens: int, eos_token_id: int
 
 @torch.no_grad()
 def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
-             sampling: SamplingParams = SamplingParams(), seed=None, attention: str = "ragged",
+             sampling: SamplingParams = SamplingParams(), seed=None, attention: str | None = None,
              eos_token_id: int | None = None) -> GenerationResult:
     """Batched autoregressive sampling from ``model``: exactly ``max_new_tokens`` new tokens per prompt,
     or fewer when a sequence emits ``eos_token_id`` (kept).
 
     seed: None, an int (sequence b uses stream ``stream_seed(seed, b)``) or one int per prompt
     (then a prompt's output does not depend on the rest of the batch). See ``SeedStreams``.
+    attention: a key of ``minibass.BACKENDS``, or None for the model's default for its device.
     """
     check_request([model], prompts, max_new_tokens, sampling)
     batch = len(prompts)
@@ -136,14 +141,13 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     # Prefill: every prompt in one packed step.
     q_lens = torch.tensor([len(p) for p in prompts])
     tokens = torch.tensor([t for p in prompts for t in p])
-    logits = model.forward(tokens, q_lens.to(cache.lengths.device), cache, attention=attention)
+    logits = model.forward(tokens, q_lens, cache, attention=attention)
     stats.target_calls += 1
     active = list(range(batch))
     next_logits = last_logits(logits, q_lens.to(logits.device))  # (B_active, V)
 
     while active:
-        p = probs(next_logits, sampling)  # (B_active, V)
-        new = sample_from(p, streams.uniform(active)[:, 0]).tolist()
+        new = sample(next_logits, sampling, streams, active)[0].tolist()
         stats.steps += 1
         for b, t in zip(active, new):
             out[b].append(t)
@@ -154,7 +158,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
         q_lens = torch.zeros(batch, dtype=torch.long)
         q_lens[active] = 1
         tokens = torch.tensor([out[b][-1] for b in active])
-        next_logits = model.forward(tokens, q_lens.to(cache.lengths.device), cache, attention=attention)
+        next_logits = model.forward(tokens, q_lens, cache, attention=attention)
         stats.target_calls += 1
     stats.new_tokens = sum(len(o) for o in out)
     stats.wall_time = time.perf_counter() - started

@@ -18,6 +18,18 @@ from .model import Decoder, ModelConfig, rope_inv_freq
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
+# minibass's fused projections and the checkpoint tensors they concatenate (along the output dim).
+FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+
+
+def checkpoint_names(name: str) -> tuple[str, ...]:
+    """The Hugging Face tensor names behind one of the decoder's parameters (itself unless fused)."""
+    for fused, parts in FUSED.items():
+        if f".{fused}." in name:
+            return tuple(name.replace(fused, part) for part in parts)
+    return (name,)
+
 
 def _rope_settings(raw: dict) -> tuple[float, dict | None]:
     """(rope_theta, rope_scaling) from a transformers 4.x (rope_theta/rope_scaling) or 5.x (rope_parameters) config."""
@@ -141,13 +153,15 @@ def load_model(path, *, dtype: torch.dtype | None = None, device: torch.device |
     state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints store it
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
-    expected = set(model.state_dict().keys()) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    ours = [k for k in model.state_dict() if not (config.tie_word_embeddings and k == "lm_head.weight")]
+    expected = {part for name in ours for part in checkpoint_names(name)}
     missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
     if missing or unexpected:
         raise ValueError(f"checkpoint {folder} does not match a {config.model_type} decoder: "
                          f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
+    weights = {name: torch.cat([state[part] for part in checkpoint_names(name)]).to(dtype) for name in ours}
+    model.load_state_dict(weights, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = rope_inv_freq(config)  # the buffer was built on the meta device

@@ -6,8 +6,15 @@ one flat tensor: embeddings, projections, norms and the MLP see ``[N, ...]`` wit
 to which sequence; it reads the per-sequence KV cache through one of the backends in
 ``minibass.attention``, chosen by name.
 
-Module names mirror Hugging Face's (``model.layers.0.self_attn.q_proj`` ...) so a checkpoint's
-state dict loads as it is (see ``minibass.loading``).
+The hot path does less: ``Decoder.forward`` checks its inputs and builds the step — packed
+positions, the attention metadata, the rotary angles — once, on the host, from lengths the
+cache keeps on the host; every layer then only computes. No layer reads a device value into
+Python, so on a GPU a step runs without stalls.
+
+Module names mirror Hugging Face's (``model.layers.0.self_attn.o_proj`` ...) except for two
+fused projections, as in gpt-fast and nanoGPT: ``qkv_proj`` = [q_proj; k_proj; v_proj] and
+``gate_up_proj`` = [gate_proj; up_proj], one matmul where the checkpoint has three and two.
+``minibass.loading`` concatenates the checkpoint's weights at load time.
 
 Shapes: B batch, N packed new tokens, H heads, Hk kv heads, D head dim, C cache capacity,
 V vocab, E hidden size, F MLP size.
@@ -21,8 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import BACKENDS
-from .cache import KVCache, pack_positions
+from .attention import FORWARDS, AttentionMetadata, resolve_backend
+from .cache import KVCache
 
 
 @dataclass
@@ -98,14 +105,26 @@ def rope_inv_freq(config: ModelConfig) -> Tensor:
     return inv_freq
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotates pairs (x[i], x[i + D/2]) by the position's angle (Hugging Face's rotate_half layout).
+def rope_tables(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and signed sin [N, 1, D] for the tokens at ``positions`` [N], built once per step.
 
-    x: [N, H, D]; cos, sin: [N, D/2].
+    Angles are computed in float64 (exact for any position) and rounded once to ``dtype``. The
+    sin table carries rotate_half's sign: [-sin, sin].
+    """
+    angles = positions[:, None].to(torch.float64) * inv_freq[None, :]  # (N, D/2)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], -1)[:, None].to(dtype), torch.cat([-sin, sin], -1)[:, None].to(dtype)  # (N, 1, D)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotates pairs (x[i], x[i + D/2]) by the position's angle (Hugging Face's rotate_half layout):
+
+        out = x * cos + rotate_half(x) * sin,   rotate_half(x) = [x2, x1], sin = [-sin, sin]
+
+    x: [N, H, D]; cos, sin: [N, 1, D] from ``rope_tables``.
     """
     x1, x2 = x.chunk(2, dim=-1)  # (N, H, D/2) each
-    cos, sin = cos[:, None, :], sin[:, None, :]  # (N, 1, D/2)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+    return x * cos + torch.cat([x2, x1], dim=-1) * sin
 
 
 class Attention(nn.Module):
@@ -114,36 +133,35 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads,
                                                         config.num_key_value_heads, config.head_dim)
         e, d = config.hidden_size, config.head_dim
-        self.q_proj = nn.Linear(e, self.n_heads * d, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(e, self.n_kv_heads * d, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(e, self.n_kv_heads * d, bias=config.qkv_bias)
+        self.qkv_proj = nn.Linear(e, (self.n_heads + 2 * self.n_kv_heads) * d, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.n_heads * d, e, bias=config.o_bias)
+        self.scale = d ** -0.5
 
-    def forward(self, x: Tensor, step: "Step", k_cache: Tensor, v_cache: Tensor) -> Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.n_heads, self.head_dim)  # (N, H, D)
-        k = self.k_proj(x).view(n, self.n_kv_heads, self.head_dim)  # (N, Hk, D)
-        v = self.v_proj(x).view(n, self.n_kv_heads, self.head_dim)  # (N, Hk, D)
-        q, k = apply_rope(q, step.cos, step.sin), apply_rope(k, step.cos, step.sin)
-        # Append each token's key/value at its own sequence's next free slot.
-        k_cache[step.seq_ids, :, step.positions] = k  # k_cache: (B, Hk, C, D)
-        v_cache[step.seq_ids, :, step.positions] = v
-        out = step.attention(q, k_cache, v_cache, step.q_lens, step.kv_lens, q_starts=step.q_starts)  # (N, H, D)
-        return self.o_proj(out.reshape(n, self.n_heads * self.head_dim))
+    def forward(self, x: Tensor, step: "Step", kv_cache: Tensor) -> Tensor:
+        n, h, hk = x.shape[0], self.n_heads, self.n_kv_heads
+        qkv = self.qkv_proj(x).view(n, h + 2 * hk, self.head_dim)  # (N, H + 2Hk, D): queries, keys, values
+        qk = qkv[:, :h + hk]  # (N, H + Hk, D)
+        qk.copy_(apply_rope(qk, step.cos, step.sin))  # rotate queries and keys together, in place
+        q, kv = qkv.split([h, 2 * hk], dim=1)  # (N, H, D), (N, 2Hk, D)
+        # Append each token's key and value at its own sequence's next free slot, in one write.
+        meta = step.meta
+        kv_cache[:, meta.seq_ids, :, meta.positions] = kv.view(n, 2, hk, self.head_dim)  # kv_cache: (2, B, Hk, C, D)
+        out = step.attention(q, kv_cache[0], kv_cache[1], meta, self.scale)  # (N, H, D)
+        return self.o_proj(out.reshape(n, h * self.head_dim))
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), with gate and up in one matmul."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         e, f = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(e, f, bias=config.mlp_bias)
-        self.up_proj = nn.Linear(e, f, bias=config.mlp_bias)
+        self.gate_up_proj = nn.Linear(e, 2 * f, bias=config.mlp_bias)
         self.down_proj = nn.Linear(f, e, bias=config.mlp_bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (N, F) each
+        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -154,8 +172,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, step: "Step", k_cache: Tensor, v_cache: Tensor) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), step, k_cache, v_cache)
+    def forward(self, x: Tensor, step: "Step", kv_cache: Tensor) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), step, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -171,16 +189,12 @@ class Backbone(nn.Module):
 
 @dataclass
 class Step:
-    """Per-step metadata computed once and shared by every layer."""
+    """Per-step state computed once by ``Decoder.forward`` and shared by every layer."""
 
-    seq_ids: Tensor  # long [N]: which sequence each packed token belongs to
-    positions: Tensor  # long [N]: absolute position of each token in its sequence
-    q_lens: Tensor  # long [B]
-    q_starts: Tensor  # long [B]: where each sequence's tokens start in the packed batch
-    kv_lens: Tensor  # long [B]: cache lengths after this step's tokens are appended
-    cos: Tensor  # [N, D/2]
-    sin: Tensor  # [N, D/2]
-    attention: object  # the backend function
+    meta: AttentionMetadata  # lengths, packed positions, host maxima (see minibass.attention.base)
+    cos: Tensor  # [N, 1, D] rotary tables of each packed token's position (rope_tables)
+    sin: Tensor  # [N, 1, D]
+    attention: object  # FORWARDS[name]: the backend on already-checked inputs
 
 
 class Decoder(nn.Module):
@@ -211,13 +225,29 @@ class Decoder(nn.Module):
                        dtype=w.dtype, device=w.device)
 
     @torch.no_grad()
-    def forward(self, tokens: Tensor, q_lens: Tensor, cache: KVCache, *, attention: str = "ragged") -> Tensor:
-        """tokens: long [N] packed; q_lens: [B]. Returns logits [N, V] and advances ``cache.lengths``."""
-        if attention not in BACKENDS:
-            raise ValueError(f"attention must be one of {sorted(BACKENDS)}, got {attention!r}")
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: KVCache, *, attention: str | None = None) -> Tensor:
+        """tokens: long [N] packed; q_lens: [B]. Returns logits [N, V] and advances ``cache.lengths``.
+
+        attention: a key of ``minibass.attention.BACKENDS``, or None for
+        ``default_backend(device)``: "ragged" on CUDA when Triton imports, "padded" on a CPU.
+        """
         device = self.lm_head.weight.device
-        tokens = torch.as_tensor(tokens, device=device)
-        q_lens = torch.as_tensor(q_lens, device=device).long()
+        name = resolve_backend(attention, device)
+        tokens, q_lens, kv_lens = self.check_step(tokens, q_lens, cache)  # host tensors
+        meta = AttentionMetadata.build(q_lens, kv_lens, device)
+        x = self.model.embed_tokens(tokens.to(device, non_blocking=True))  # (N, E)
+        step = Step(meta, *rope_tables(meta.positions, self.inv_freq, x.dtype), FORWARDS[name])
+        for layer, kv_cache in zip(self.model.layers, cache.kv):
+            x = layer(x, step, kv_cache)  # (N, E)
+        cache.lengths = kv_lens
+        return self.lm_head(self.model.norm(x))  # (N, V)
+
+    def check_step(self, tokens, q_lens, cache: KVCache) -> tuple[Tensor, Tensor, Tensor]:
+        """Validates one step on the host; returns (tokens, q_lens, kv_lens) as long CPU tensors.
+
+        kv_lens = cache.lengths + q_lens: the cache lengths after this step's tokens are appended.
+        """
+        tokens, q_lens = torch.as_tensor(tokens).long().cpu(), torch.as_tensor(q_lens).long().cpu()
         if tokens.dim() != 1 or q_lens.dim() != 1 or q_lens.shape[0] != cache.batch_size:
             raise ValueError(f"tokens must be [N] and q_lens [batch={cache.batch_size}], "
                              f"got {tuple(tokens.shape)} and {tuple(q_lens.shape)}")
@@ -231,13 +261,4 @@ class Decoder(nn.Module):
             raise ValueError(f"cache capacity {cache.capacity} exceeded: lengths would become {kv_lens.tolist()}")
         if (kv_lens > self.max_seq_len).any():
             raise ValueError(f"sequence length would exceed max_seq_len={self.max_seq_len}: {kv_lens.tolist()}")
-
-        seq_ids, starts, positions = pack_positions(q_lens, cache.lengths)  # (N,), (B,), (N,)
-        angles = positions[:, None].to(torch.float64) * self.inv_freq[None, :]  # (N, D/2), float64 for exactness
-        x = self.model.embed_tokens(tokens)  # (N, E)
-        step = Step(seq_ids, positions, q_lens, starts, kv_lens, angles.cos().to(x.dtype), angles.sin().to(x.dtype),
-                    BACKENDS[attention])
-        for layer, k_cache, v_cache in zip(self.model.layers, cache.k, cache.v):
-            x = layer(x, step, k_cache, v_cache)  # (N, E)
-        cache.lengths = kv_lens
-        return self.lm_head(self.model.norm(x))  # (N, V)
+        return tokens, q_lens, kv_lens

@@ -26,7 +26,12 @@ Exactness details handled here:
   * one-hot p and q (greedy): accept iff the tokens agree; otherwise y is the target's argmax.
 
 Warping (temperature, top-k, top-p) must be identical on both sides, and ``draft_probs`` must
-be the distribution the draft tokens were actually sampled from: see ``warp_pair``.
+be the distribution the draft tokens were actually sampled from: the guarantee is that emitted
+tokens follow the target's *warped* distribution p. The ratio p/q only corrects the draft if q
+is what the draft tokens were truly drawn from (warped q, not a softmax of raw logits), and p
+must be warped the same way, or the output follows the unwarped target. The speculative loop
+sends both models' logits through the one function ``sampling.probs`` with the same
+``SamplingParams``.
 """
 
 from __future__ import annotations
@@ -34,18 +39,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .sampling import SamplingParams, probs, sample_from
-
-
-def warp_pair(draft_logits: Tensor, target_logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
-    """(draft_probs, target_probs) under the same ``SamplingParams``.
-
-    Why both: the guarantee is that emitted tokens follow the target's *warped* distribution p.
-    The acceptance ratio p/q only corrects the draft if q is the distribution the draft tokens
-    were truly drawn from (warped q, not softmax of raw logits), and p must be warped the same
-    way, or the output follows the unwarped target.
-    """
-    return probs(draft_logits, params), probs(target_logits, params)
+from .sampling import sample_from
 
 
 def check_rejection_inputs(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor) -> None:
@@ -80,25 +74,23 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     speculative loop (which draws uniforms from per-sequence streams) both call this.
     """
     batch, k = draft_tokens.shape
-    p = target_probs.to(torch.float64)  # (B, k+1, V)
-    q = draft_probs.to(torch.float64)  # (B, k, V)
-    if draft_lens is not None:  # padding positions: q = 0, never accepted
-        drafted = torch.arange(k, device=p.device)[None, :] < draft_lens.to(p.device)[:, None]  # (B, k)
-        q = torch.where(drafted[..., None], q, 0)
-    p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): p_i(x_i)
-    q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, k): q_i(x_i)
-    accepted = u_accept.to(p.device, torch.float64) * q_x < p_x  # u < min(1, p/q), without dividing
-    if draft_lens is not None:
-        accepted &= drafted
+    device = target_probs.device
+    lens = torch.full((batch,), k, device=device) if draft_lens is None else draft_lens.to(device)  # (B,)
+    drafted = torch.arange(k, device=device)[None, :] < lens[:, None]  # (B, k): padding positions are never accepted
+    # Only what the rule reads is taken to float64: one value per position, then one row per sequence.
+    p_x = target_probs[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): p_i(x_i)
+    q_x = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): q_i(x_i)
+    accepted = (u_accept.to(device, torch.float64) * q_x < p_x) & drafted  # u < min(1, p/q), without dividing
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
 
-    # The next token's distribution: max(0, p - q) at the first rejection, p_{k+1} if none.
-    # Appending a zero row to q at position k makes both cases one expression.
-    q_ext = torch.cat([q, q.new_zeros(batch, 1, q.shape[-1])], dim=1)  # (B, k+1, V)
-    rows = torch.arange(batch, device=p.device)
-    p_n, q_n = p[rows, num_accepted], q_ext[rows, num_accepted]  # (B, V)
+    # The next token's distribution: max(0, p - q) at the first rejection, p_{k+1} if none
+    # (q = 0 past a row's drafts, so both cases are one expression).
+    rows = torch.arange(batch, device=device)
+    p_n = target_probs[rows, num_accepted].double()  # (B, V)
+    q_n = draft_probs[rows, num_accepted.clamp(max=max(k - 1, 0))].double() if k else torch.zeros_like(p_n)
+    q_n = q_n * (num_accepted < lens)[:, None]  # (B, V): zero after a full acceptance
     residual = (p_n - q_n).clamp_min(0)  # unnormalised; sample_from scales by its total
-    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_n)  # rounding-only case, see above
+    residual = residual + p_n * (residual.sum(-1, keepdim=True) == 0)  # p_n in the rounding-only case, see above
     next_tokens = sample_from(residual, u_next)
     return num_accepted, next_tokens
 

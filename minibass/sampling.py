@@ -50,6 +50,10 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def _work_dtype(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
 def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     """The distribution actually sampled from: temperature -> top-k -> top-p -> renormalise.
 
@@ -61,10 +65,9 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
                          f"{tuple(logits.shape) if torch.is_tensor(logits) else ''}")
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-    work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    logits = logits.to(work_dtype)
-    if params.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(work_dtype)
+    logits = logits.to(_work_dtype(logits))
+    if params.greedy:  # one-hot at the argmax (max(-1) is the argmax with the same first-index ties, faster on CPUs)
+        return torch.zeros_like(logits).scatter_(-1, logits.max(-1).indices[..., None], 1.0)
 
     p = torch.softmax(logits / params.temperature, dim=-1)  # [..., V]
     if 0 < params.top_k < p.shape[-1]:
@@ -90,9 +93,24 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
     cdf = p.to(torch.float64).cumsum(-1)  # [N, V]
     target = u.to(cdf.device, torch.float64) * cdf[:, -1]  # [N], strictly below the total mass
     idx = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)  # first i with cdf[i] > target
-    # Rounding can push target onto the total; fall back to the last token with mass.
-    last_positive = (p.shape[-1] - 1) - (p > 0).flip(-1).to(torch.int8).argmax(-1)
+    # Rounding can push target onto the total; fall back to the last token with mass, which is
+    # where the (non-decreasing) cdf first reaches its total.
+    last_positive = torch.searchsorted(cdf, cdf[:, -1:].contiguous()).squeeze(-1)
     return torch.minimum(idx, last_positive)
+
+
+def sample(logits: Tensor, params: SamplingParams, streams: "SeedStreams", rows: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """One token per row of ``logits`` [R, V] for the sequences ``rows``.
+
+    Returns (tokens long [R], the distribution they were drawn from [R, V], i.e. ``probs``).
+    The same draw as ``sample_from(probs(logits, params), uniforms)``; greedy takes the argmax
+    and consumes no random numbers.
+    """
+    if params.greedy:
+        tokens = logits.max(-1).indices  # the first index of the maximum, like argmax
+        return tokens, logits.new_zeros(logits.shape, dtype=_work_dtype(logits)).scatter_(-1, tokens[:, None], 1.0)
+    p = probs(logits, params)  # (R, V)
+    return sample_from(p, streams.uniform(rows)[:, 0]), p
 
 
 def stream_seed(seed: int, index: int) -> int:
@@ -130,3 +148,11 @@ class SeedStreams:
         if not rows:
             return torch.empty(0, n, dtype=torch.float64)
         return torch.stack([torch.rand(n, generator=self.generators[b], dtype=torch.float64) for b in rows])
+
+    def uniform_ragged(self, rows: Sequence[int], counts: Sequence[int], width: int) -> Tensor:
+        """Draws ``counts[j]`` uniforms for sequence ``rows[j]``, left-aligned in a zero-padded float64
+        [len(rows), width] (the same numbers as ``uniform([rows[j]], counts[j])``)."""
+        out = torch.zeros(len(rows), width, dtype=torch.float64)
+        for j, (b, n) in enumerate(zip(rows, counts)):
+            torch.rand(n, generator=self.generators[b], dtype=torch.float64, out=out[j, :n])
+        return out

@@ -2,25 +2,34 @@
 
 Every sequence of the batch accepts its own number of draft tokens at each step, so after one
 step the KV caches of both models have different lengths: that raggedness is what the
-attention backends handle. The loop, per step, for the active sequences:
+attention backends handle. One step, for the active sequences (``step`` below, on one screen):
 
-    1. draft     the draft model catches up on the tokens it has not seen (1 or 2 per sequence),
-                 then proposes k tokens, sampling each from its warped distribution q_i
+    1. draft     the draft model catches up on the tokens it has not seen (usually 1 or 2),
+                 then proposes k_b tokens, sampling each from its warped distribution q_i
     2. verify    one target forward over [last emitted token, x_1..x_k]  ->  p_1..p_{k+1}
     3. accept    rejection_sample: keep x_1..x_n, then y from norm(max(0, p - q)) or p_{k+1}
-    4. roll back truncate both caches to exactly what was accepted
-    5. finish    cut at EOS / max_new_tokens (the kept tokens' distribution is unchanged)
+    4. emit      append x_1..x_n, y to the sequence; cut at EOS
+    5. roll back truncate both caches to what the emitted sequence confirms
 
-Cache invariants between steps, for an active sequence with emitted tokens e_1..e_m
-(prompt included):
-    target cache: e_1..e_{m-1}        (the last token is fed at the next verify)
-    draft cache:  all but ``pending`` (the 1 or 2 tokens it has not seen yet)
+State between steps is a few tensors: ``history`` long [B, C] (prompt and emitted tokens,
+``seq_lens`` [B] of them valid), the two caches, and ``active`` bool [B]. Everything else is
+derived. Cache invariants between steps, for a sequence with ``seq_lens[b] = m`` tokens:
+
+    target cache: history[b, :m - 1]      (the last token is fed at the next verify)
+    draft cache:  history[b, :d], d < m   (it catches up on history[b, d:m] before drafting)
+
+so the roll-back is two lines: the target keeps m - 1 tokens, the draft keeps what it was fed
+that the new history confirms, min(its length, m - 1).
 
 Finished sequences stay in the batch, idle (q_len 0): they add no packed tokens, so no
 projection or MLP work, their attention programs exit at once, and batch indices stay stable
 for the per-sequence random streams and the stats. Sequences never run past their budget:
 near the end a sequence drafts at most ``max_new_tokens - emitted - 1`` tokens (0 means a
 plain target step), so no cache or position ever exceeds ``prompt + max_new_tokens``.
+
+Seams. The four phases are plain functions gathered in ``Phases``; ``speculative_generate``
+takes ``phases=`` so that a test can swap one for a deliberately broken twin (the planted-bug
+tests do) without patching private names.
 
 Papers: speculative sampling — Leviathan et al. 2023, Chen et al. 2023; batching with ragged
 caches and the dynamic draft length — Qian et al. 2024 (BASS), Algorithm 1.
@@ -29,142 +38,191 @@ caches and the dynamic draft length — Qian et al. 2024 (BASS), Algorithm 1.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+from torch import Tensor
 
 from .draft_length import make_policy
-from .generate import IDLE, GenerationResult, GenerationStats, check_request, finished_after, last_logits
+from .generate import IDLE, GenerationResult, GenerationStats, check_request
 from .rejection import accept_and_resample
-from .sampling import SamplingParams, SeedStreams, probs, sample_from
+from .sampling import SamplingParams, SeedStreams, probs, sample
 
 
-class _Clock:
-    """Wall time per phase (synchronising the GPU so that the split is honest)."""
+def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, sampling: SamplingParams,
+                streams: SeedStreams, attention) -> tuple[Tensor, Tensor | None]:
+    """Proposes draft_lens[b] tokens for each sequence b (0: none).
 
-    def __init__(self, stats: GenerationStats, device: torch.device):
-        self.stats, self.cuda = stats, device.type == "cuda"
-        self.phase, self.start = None, 0.0
+    Returns drafts long [B, kmax] (host) and q [B, kmax, V], the distributions they were sampled
+    from (zero past draft_lens[b]; None if nobody drafts). The first call feeds each drafting
+    sequence the history the draft has not seen, history[b, cache.lengths[b]:seq_lens[b]].
+    """
+    batch, kmax = len(draft_lens), int(draft_lens.max())
+    drafts, q = torch.zeros(batch, kmax, dtype=torch.long), None
+    cols = torch.arange(history.shape[1])
+    for i in range(kmax):
+        rows = (draft_lens > i).nonzero().flatten()  # sequences still drafting
+        if i == 0:  # catch up: the unseen history of each drafting sequence, packed
+            unseen = (cols >= cache.lengths[:, None]) & (cols < seq_lens[:, None]) & (draft_lens > 0)[:, None]
+            tokens, q_lens = history[unseen], unseen.sum(1)
+        else:
+            tokens, q_lens = drafts[rows, i - 1], (draft_lens > i).long()
+        logits = draft.forward(tokens, q_lens, cache, attention=attention)  # (N, V)
+        if len(logits) != len(rows):  # else every drafting sequence was fed one token: logits are its rows already
+            logits = logits[(q_lens.cumsum(0) - 1)[rows].to(logits.device)]  # (R, V) at each sequence's last token
+        x, q_i = sample(logits, sampling, streams, rows)  # (R,), (R, V)
+        if q is None:
+            q = q_i.new_zeros(batch, kmax, q_i.shape[-1])  # (B, kmax, V)
+        drafts[rows, i], q[rows.to(q.device), i] = x.cpu(), q_i
+    return drafts, q
 
-    def __call__(self, phase: str | None):
-        if self.cuda:
+
+def verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tensor, draft_lens: Tensor,
+                 active: Tensor, sampling: SamplingParams, attention) -> Tensor:
+    """One target forward over [last token, x_1..x_k] per active sequence.
+
+    Returns p [B, kmax + 1, V]: row b holds p_1..p_{k_b + 1} at positions 0..k_b (later positions
+    repeat p_{k_b + 1} and are never read; idle rows are never read either).
+    """
+    last = history.gather(1, (seq_lens - 1)[:, None])  # (B, 1) last emitted token
+    fed = torch.cat([last, drafts], 1)  # (B, kmax + 1)
+    q_lens = torch.where(active, draft_lens + 1, 0)  # (B,)
+    offsets = torch.arange(fed.shape[1])
+    logits = target.forward(fed[offsets < q_lens[:, None]], q_lens, cache, attention=attention)  # (N, V) packed
+    starts = q_lens.cumsum(0) - q_lens  # (B,) where each row starts in the packed logits
+    rows = (starts[:, None] + torch.minimum(offsets, q_lens[:, None] - 1)).clamp(min=0)  # (B, kmax + 1)
+    return probs(logits, sampling)[rows.to(logits.device)]  # (B, kmax + 1, V)
+
+
+def accept_phase(drafts: Tensor, q: Tensor | None, p: Tensor, draft_lens: Tensor, active: Tensor,
+                 streams: SeedStreams) -> tuple[Tensor, Tensor]:
+    """The batched rejection step; each active sequence draws its uniforms from its own stream.
+
+    Returns num_accepted and next_tokens, long [B] on the host (meaningless for idle rows, which
+    draw nothing). Positions past a sequence's own k_b are padding (``draft_lens``): never
+    accepted, and with q = 0 there the 'residual' at k_b is max(0, p_{k_b+1} - 0): the bonus
+    token, as it should be.
+    """
+    kmax = drafts.shape[1]
+    # Sequence b draws k_b uniforms to accept with, then one for the next token; idle rows draw none.
+    ks = torch.where(active, draft_lens, -1)  # (B,)
+    u = streams.uniform_ragged(range(len(ks)), (ks + 1).tolist(), kmax + 1)  # (B, kmax + 1)
+    u_accept, u_next = u[:, :kmax], u.gather(1, ks.clamp(min=0)[:, None]).squeeze(1)  # (B, kmax), (B,)
+    q = q if q is not None else p.new_zeros(len(draft_lens), 0, p.shape[-1])  # nobody drafted: (B, 0, V)
+    n, y = accept_and_resample(drafts.to(p.device), q, p, u_accept, u_next, draft_lens)
+    return n.cpu(), y.cpu()
+
+
+def rollback_phase(target_cache, draft_cache, seq_lens: Tensor) -> None:
+    """Truncates both caches to what the history of ``seq_lens`` tokens confirms (invariants above)."""
+    target_cache.truncate(torch.minimum(target_cache.lengths, seq_lens - 1))
+    draft_cache.truncate(torch.minimum(draft_cache.lengths, seq_lens - 1))
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The phases of a step, swappable as a whole for tests (``dataclasses.replace(Phases(), ...)``)."""
+
+    draft: Callable = draft_phase
+    verify: Callable = verify_phase
+    accept: Callable = accept_phase
+    rollback: Callable = rollback_phase
+
+
+@dataclass
+class LoopState:
+    """The loop's state: tensors on the host, plus both models' caches."""
+
+    history: Tensor  # long [B, C]: prompt then emitted tokens
+    seq_lens: Tensor  # long [B]: valid tokens in history
+    prompt_lens: Tensor  # long [B]
+    active: Tensor  # bool [B]
+    target_cache: object
+    draft_cache: object
+
+
+def emit(s: LoopState, drafts: Tensor, n: Tensor, y: Tensor, eos_token_id: int | None) -> None:
+    """Appends x_1..x_n, y to each active sequence's history; a sequence that emits EOS keeps it and stops."""
+    new = torch.cat([drafts, torch.zeros_like(n)[:, None]], 1).scatter(1, n[:, None], y[:, None])  # (B, kmax + 1)
+    offset = torch.arange(new.shape[1])
+    kept = (offset <= n[:, None]) & s.active[:, None]  # (B, kmax + 1)
+    if eos_token_id is not None:
+        eos = (new == eos_token_id) & kept
+        kept &= offset <= torch.where(eos.any(1), eos.long().argmax(1), new.shape[1])[:, None]  # through the first EOS
+        s.active &= ~eos.any(1)
+    rows, cols = kept.nonzero(as_tuple=True)
+    s.history[rows, s.seq_lens[rows] + cols] = new[rows, cols]
+    s.seq_lens += kept.sum(1)
+
+
+def step(s: LoopState, target, draft, draft_lens: Tensor, sampling, streams, attention, eos_token_id, phases: Phases,
+         timer) -> Tensor:
+    """One BASS step for the active sequences (draft_lens [B], 0 for idle ones); returns num_accepted [B]."""
+    with timer("draft"):  # 1. the draft proposes x_1..x_k ~ q
+        drafts, q = phases.draft(draft, s.draft_cache, s.history, s.seq_lens, draft_lens, sampling, streams, attention)
+    with timer("verify"):  # 2. the target scores [last, x_1..x_k] in one call: p_1..p_{k+1}
+        p = phases.verify(target, s.target_cache, s.history, s.seq_lens, drafts, draft_lens, s.active, sampling,
+                          attention)
+    with timer("accept"):  # 3. keep x_1..x_n, with u < min(1, p/q); y ~ norm(max(0, p - q)) or p_{k+1}
+        n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)
+    with timer("rollback"):
+        emit(s, drafts, n, y, eos_token_id)  # 4. the sequences grow by x_1..x_n, y (cut after EOS)
+        phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)  # 5. both caches keep what the history confirms
+    return n
+
+
+class PhaseTimer:
+    """``with timer("draft"): ...`` adds the block's wall time to ``stats.time_split``.
+
+    Where CUDA is in use, it waits for the GPU at both ends so that the split is honest.
+    """
+
+    def __init__(self, stats: GenerationStats):
+        self.stats = stats
+
+    @contextmanager
+    def __call__(self, phase: str):
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
             torch.cuda.synchronize()
-        now = time.perf_counter()
-        if self.phase:
-            self.stats.time_split[self.phase] = self.stats.time_split.get(self.phase, 0.0) + now - self.start
-        self.phase, self.start = phase, now
+        start = time.perf_counter()
+        yield
+        if cuda:
+            torch.cuda.synchronize()
+        self.stats.time_split[phase] = self.stats.time_split.get(phase, 0.0) + time.perf_counter() - start
 
 
-def _forward(model, batch: int, per_seq: dict[int, list[int]], cache, attention: str):
-    """Feeds per_seq[b] new tokens to sequence b (others idle); returns logits [N, V] and q_lens."""
-    q_lens = torch.zeros(batch, dtype=torch.long)
-    for b, toks in per_seq.items():
-        q_lens[b] = len(toks)
-    tokens = torch.tensor([t for b in sorted(per_seq) for t in per_seq[b]], dtype=torch.long)
-    logits = model.forward(tokens, q_lens.to(cache.lengths.device), cache, attention=attention)
-    return logits, q_lens
-
-
-def _prefill(target, draft, prompts, capacity, attention, stats):
+def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
     """Both models read every prompt but its last token (the first verify feeds that one)."""
     batch = len(prompts)
-    caches = target.init_cache(batch, capacity), draft.init_cache(batch, capacity)
-    head = {b: p[:-1] for b, p in enumerate(prompts) if len(p) > 1}
-    if head:
-        for model, cache in zip((target, draft), caches):
-            _forward(model, batch, head, cache, attention)
-        stats.target_calls += 1
-        stats.draft_calls += 1
-    return caches
-
-
-def _draft(draft, cache, pending, ks, streams, sampling, attention, stats):
-    """Proposes ks[b] tokens for each sequence; returns tokens {b: [x_1..x_k]} and q {b: [k, V]}."""
-    batch = cache.lengths.shape[0]
-    tokens = {b: [] for b in ks}
-    dists = {b: [] for b in ks}
-    for i in range(max(ks.values(), default=0)):
-        feed = {b: (pending[b] if i == 0 else [tokens[b][-1]]) for b, k in ks.items() if k > i}
-        order = sorted(feed)
-        logits, q_lens = _forward(draft, batch, feed, cache, attention)
-        stats.draft_calls += 1
-        q = probs(last_logits(logits, q_lens[order].to(logits.device)), sampling)  # (B_drafting, V)
-        x = sample_from(q, streams.uniform(order)[:, 0].to(q.device)).tolist()
-        for j, b in enumerate(order):
-            tokens[b].append(x[j])
-            dists[b].append(q[j])
-    return tokens, dists
-
-
-def _verify(target, cache, last_token, drafts, sampling, attention, stats):
-    """One target forward over [last, x_1..x_k] per sequence; returns p {b: [k+1, V]}."""
-    batch = cache.lengths.shape[0]
-    feed = {b: [last_token[b]] + xs for b, xs in drafts.items()}
-    logits, _ = _forward(target, batch, feed, cache, attention)
-    stats.target_calls += 1
-    order = sorted(feed)
-    p = probs(logits, sampling).split([len(feed[b]) for b in order])  # packed (N, V) -> per sequence
-    return dict(zip(order, p))
-
-
-def _accept(drafts, q, p, streams, vocab):
-    """Batched rejection step over sequences with different draft lengths (padded to the longest).
-
-    Positions past a sequence's own k_b are padding (``draft_lens``): never accepted, and with
-    q = 0 there the 'residual' at k_b is max(0, p_{k_b+1} - 0): the bonus token, as it should be.
-    """
-    order = sorted(drafts)
-    kmax = max(len(drafts[b]) for b in order)
-    n_rows = len(order)
-    ref = p[order[0]]
-    draft_tokens = torch.zeros(n_rows, kmax, dtype=torch.long, device=ref.device)
-    draft_probs = torch.zeros(n_rows, kmax, vocab, dtype=ref.dtype, device=ref.device)
-    target_probs = torch.zeros(n_rows, kmax + 1, vocab, dtype=ref.dtype, device=ref.device)
-    u_accept = torch.zeros(n_rows, kmax, dtype=torch.float64)
-    u_next = torch.empty(n_rows, dtype=torch.float64)
-    draft_lens = torch.tensor([len(drafts[b]) for b in order])
-    for j, b in enumerate(order):
-        k = len(drafts[b])
-        if k:
-            draft_tokens[j, :k] = torch.tensor(drafts[b])
-            draft_probs[j, :k] = torch.stack(q[b])
-        target_probs[j, :k + 1] = p[b]
-        u = streams.uniform([b], n=k + 1)[0]
-        u_accept[j, :k], u_next[j] = u[:k], u[k]
-    n, y = accept_and_resample(draft_tokens, draft_probs, target_probs, u_accept, u_next, draft_lens)
-    return dict(zip(order, n.tolist())), dict(zip(order, y.tolist()))
-
-
-def _kept_lengths(target_len: int, draft_len: int, n: int, k: int) -> tuple[int, int]:
-    """Cache lengths after a step that accepted n of k drafts (roll back the rejected ones).
-
-    The target was fed [last, x_1..x_k] and keeps [last, x_1..x_n]. The draft was fed its
-    pending tokens and x_1..x_{k-1} (x_k is never fed) and keeps its pending tokens and
-    x_1..x_min(n, k-1). A sequence that drafted nothing (k = 0) fed the draft nothing.
-    """
-    return target_len - (k - n), draft_len - ((k - 1) - min(n, k - 1) if k else 0)
-
-
-def _unseen_by_draft(pending: list[int], drafted: list[int], n: int, y: int) -> list[int]:
-    """The tokens the draft must catch up on before it drafts again.
-
-    After full acceptance: x_k (never fed) and the bonus token y. After a rejection: the
-    resampled token y. If the sequence drafted nothing this step, its pending tokens stay too.
-    """
-    if not drafted:
-        return pending + [y]
-    return ([drafted[-1]] if n == len(drafted) else []) + [y]
+    history = torch.zeros(batch, capacity, dtype=torch.long)
+    for b, prompt in enumerate(prompts):
+        history[b, :len(prompt)] = torch.tensor(prompt)
+    prompt_lens = torch.tensor([len(p) for p in prompts])
+    s = LoopState(history, prompt_lens.clone(), prompt_lens, torch.ones(batch, dtype=torch.bool),
+                 target.init_cache(batch, capacity), draft.init_cache(batch, capacity))
+    head = torch.arange(capacity) < (prompt_lens - 1)[:, None]  # (B, C): all but the last prompt token
+    if head.any():
+        for model, cache in ((target, s.target_cache), (draft, s.draft_cache)):
+            model.forward(history[head], head.sum(1), cache, attention=attention)
+    return s
 
 
 @torch.no_grad()
 def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens: int, *,
                          sampling: SamplingParams = SamplingParams(), draft_length=4, seed=None,
-                         attention: str = "ragged", eos_token_id: int | None = None) -> GenerationResult:
+                         attention: str | None = None, eos_token_id: int | None = None,
+                         phases: Phases = Phases()) -> GenerationResult:
     """Batched speculative sampling: tokens distributed exactly as ``generate(target, ...)``.
 
     draft_length: an int (fixed), "dynamic" (BASS Algorithm 1, one length for the batch),
     "per-sequence" (Algorithm 1 per sequence) or a policy object (see ``minibass.draft_length``).
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
     differently, so equal seeds do not give equal samples across the two functions.
+    attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
+    phases: the step's phases (tests swap one for a planted bug); leave the default.
     """
     check_request([target, draft], prompts, max_new_tokens, sampling)
     if target.vocab_size != draft.vocab_size:
@@ -174,56 +232,45 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
     stats = GenerationStats(speculative=True)
-    out: list[list[int]] = [[] for _ in range(batch)]
     if max_new_tokens == 0:
-        return GenerationResult(out, stats)
+        return GenerationResult([[] for _ in range(batch)], stats)
     started = time.perf_counter()
-    capacity = max(len(p) for p in prompts) + max_new_tokens
-    target_cache, draft_cache = _prefill(target, draft, prompts, capacity, attention, stats)
-    clock = _Clock(stats, target_cache.lengths.device)
-    last = {b: p[-1] for b, p in enumerate(prompts)}  # last emitted token, not yet in the target cache
-    pending = {b: [p[-1]] for b, p in enumerate(prompts)}  # tokens the draft has not seen yet
-    active = list(range(batch))
+    s = _prefill(target, draft, prompts, max(len(p) for p in prompts) + max_new_tokens, attention)
+    stats.target_calls = stats.draft_calls = int(bool(s.target_cache.lengths.any()))  # the prefill, if any
+    timer = PhaseTimer(stats)
 
-    while active:
+    while s.active.any():
+        active = s.active.nonzero().flatten().tolist()
         asked = policy.lengths(active)
-        if len(asked) != len(active) or any(not isinstance(k, int) or k < 1 for k in asked):
+        if len(asked) != len(active) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in asked):
             raise ValueError(f"draft length policy must return one int >= 1 per active sequence, got {asked!r}")
         # Never draft past the budget: at most (max_new_tokens - emitted - 1) drafts, + 1 token from the target.
-        ks = {b: min(k, max_new_tokens - len(out[b]) - 1) for b, k in zip(active, asked)}
-        stats.draft_lengths.append(max(ks.values()))
+        draft_lens = torch.zeros(batch, dtype=torch.long)
+        draft_lens[active] = torch.minimum(torch.tensor(asked), max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)[active])
+        n = step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer)
+        s.active &= (s.seq_lens - s.prompt_lens) < max_new_tokens
+        _record(stats, policy, active, draft_lens, n)
 
-        clock("draft")
-        drafts, q = _draft(draft, draft_cache, pending, ks, streams, sampling, attention, stats)
-        clock("verify")
-        p = _verify(target, target_cache, last, drafts, sampling, attention, stats)
-        clock("accept")
-        n_acc, y = _accept(drafts, q, p, streams, target.vocab_size)
-        clock("rollback")
-
-        target_keep, draft_keep = target_cache.lengths.clone(), draft_cache.lengths.clone()
-        for b in active:
-            target_keep[b], draft_keep[b] = _kept_lengths(int(target_keep[b]), int(draft_keep[b]), n_acc[b], ks[b])
-            pending[b] = _unseen_by_draft(pending[b], drafts[b], n_acc[b], y[b])
-            last[b] = y[b]
-            out[b].extend(drafts[b][:n_acc[b]] + [y[b]])
-        target_cache.truncate(target_keep)
-        draft_cache.truncate(draft_keep)
-        clock(None)
-
-        stats.steps += 1
-        stats.proposed_tokens += sum(ks.values())
-        stats.accepted_tokens += sum(n_acc.values())
-        stats.sequence_steps += len(active)
-        stats.accepted.append([n_acc[b] if b in n_acc else IDLE for b in range(batch)])
-        policy.update(active, [ks[b] for b in active], [n_acc[b] for b in active])
-
-        for b in active:  # cut at EOS and at the budget
-            if eos_token_id is not None and eos_token_id in out[b]:
-                out[b] = out[b][:out[b].index(eos_token_id) + 1]
-            out[b] = out[b][:max_new_tokens]
-        active = [b for b in active if not finished_after(out[b], max_new_tokens, eos_token_id)]
-
+    out = [s.history[b, s.prompt_lens[b]:s.seq_lens[b]].tolist() for b in range(batch)]
     stats.new_tokens = sum(len(o) for o in out)
     stats.wall_time = time.perf_counter() - started
     return GenerationResult(out, stats)
+
+
+def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tensor, n: Tensor):
+    """Bookkeeping after a step: counts for the stats, and what the draft-length policy hears."""
+    ks, accepted = draft_lens[active].tolist(), n[active].tolist()
+    stats.steps += 1
+    stats.target_calls += 1
+    stats.draft_calls += max(ks)
+    stats.draft_lengths.append(max(ks))
+    stats.proposed_tokens += sum(ks)
+    stats.accepted_tokens += sum(accepted)
+    stats.sequence_steps += len(active)
+    row = [IDLE] * len(n)  # idle sequences are marked as such
+    for b, accepted_b in zip(active, accepted):
+        row[b] = accepted_b
+    stats.accepted.append(row)
+    drafted = [i for i, k in enumerate(ks) if k > 0]  # sequences that proposed nothing do not take part
+    if drafted:
+        policy.update([active[i] for i in drafted], [ks[i] for i in drafted], [accepted[i] for i in drafted])

@@ -66,15 +66,7 @@ class TableLM:
     def init_cache(self, batch_size: int, capacity: int) -> TableCache:
         return TableCache(batch_size, capacity)
 
-    def logits_for(self, history: list[int]) -> Tensor:
-        """Logits [V] of the token following ``history``."""
-        context = ([self.vocab_size] * self.order + list(history))[len(history):] if self.order else []
-        code = 0
-        for t in context:
-            code = code * (self.vocab_size + 1) + t
-        return self.table[len(history) % self.table.shape[0], code]
-
-    def forward(self, tokens: Tensor, q_lens: Tensor, cache: TableCache, *, attention: str = "ragged") -> Tensor:
+    def forward(self, tokens: Tensor, q_lens: Tensor, cache: TableCache, *, attention: str | None = None) -> Tensor:
         """tokens: long [N] packed; returns float64 logits [N, V] and advances ``cache.lengths``."""
         tokens, q_lens = torch.as_tensor(tokens).long().cpu(), torch.as_tensor(q_lens).long().cpu()
         if q_lens.shape != cache.lengths.shape or int(q_lens.sum()) != tokens.numel() or (q_lens < 0).any():

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
-from minibass.attention import BACKENDS, cost, naive
+from minibass.attention import BACKENDS, FORWARDS, AttentionMetadata, cost, naive
 
 # Tolerance per dtype: the backends may sum in another order than the float64 reference, and
 # low-precision outputs are rounded once to the output dtype (bf16 keeps 8 bits of mantissa).
@@ -66,7 +66,6 @@ def ragged_batches(draw):
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
-@settings(max_examples=25)
 def test_backends_match_the_float64_specification(name, case, dtype):
     q_lens, kv_lens, n_heads, n_kv_heads, head_dim = case
     assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype=dtype))
@@ -75,6 +74,7 @@ def test_backends_match_the_float64_specification(name, case, dtype):
 GRID = {
     "odd-lengths": ([1, 3, 2], [1, 97, 257]),
     "decode": ([1] * 5, [5, 64, 65, 130, 7]),
+    "decode-equal-lengths": ([1] * 3, [33] * 3),  # nothing ragged: PAD needs no mask and no padding
     "all-equal": ([4] * 4, [50] * 4),
     "one-long-many-short": ([2] * 8, [1000] + [3] * 7),
     "idle-and-prefill": ([0, 9, 0, 6], [12, 9, 1, 40]),
@@ -92,13 +92,14 @@ def test_backends_on_an_explicit_grid(name, shape, heads, device):
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_precomputed_q_starts_give_the_same_result(name):
+def test_forward_with_step_metadata_equals_the_checked_call(name):
+    """What the decoder calls in every layer (FORWARDS, metadata built once) is the public backend, unchecked."""
     q, k, v, q_lens, kv_lens = make_batch([2, 0, 3], [5, 4, 9], 4, 2, 16)
-    starts = torch.cumsum(q_lens, 0) - q_lens
-    torch.testing.assert_close(BACKENDS[name](q, k, v, q_lens, kv_lens, q_starts=starts),
-                               BACKENDS[name](q, k, v, q_lens, kv_lens), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="q_starts"):
-        BACKENDS[name](q, k, v, q_lens, kv_lens, q_starts=starts[:2])
+    meta = AttentionMetadata.build(q_lens, kv_lens, q.device)
+    assert (meta.max_q_len, meta.max_kv_len, meta.host_q_starts) == (3, 9, [0, 2, 2])
+    assert meta.positions.tolist() == [3, 4, 6, 7, 8] and meta.seq_ids.tolist() == [0, 0, 2, 2, 2]
+    torch.testing.assert_close(FORWARDS[name](q, k, v, meta, 16 ** -0.5), BACKENDS[name](q, k, v, q_lens, kv_lens),
+                               rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))

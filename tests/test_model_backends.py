@@ -41,6 +41,8 @@ def test_logits_and_greedy_tokens_agree_across_backends(model, attention):
 
 def test_ragged_without_triton_fails_clearly_and_the_others_still_work(model, monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` now raises ImportError
+    for module in ("minibass.attention.triton_shim", "minibass.attention.ragged_kernel"):
+        monkeypatch.delitem(sys.modules, module, raising=False)  # imported afresh, as where Triton is missing
     monkeypatch.setattr(_Kernels, "interpreted", None)
     with pytest.raises(ImportError, match="needs Triton"):
         ragged_logits(model, "ragged")

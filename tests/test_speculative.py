@@ -13,6 +13,7 @@ import minibass
 from minibass import SamplingParams, TableLM, exact, speculative
 from minibass.draft_length import BassDynamicDraftLength, FixedDraftLength
 from minibass.generate import IDLE
+from minibass.speculative import Phases
 from minibass.model import Decoder, ModelConfig
 from conftest import hf_tiny
 
@@ -42,7 +43,7 @@ def models():
 
 # --- greedy: exactly the tokens of generate ---------------------------------------------------------
 
-@pytest.mark.parametrize("attention", ["naive", "padded", "split", "ragged"])
+@pytest.mark.parametrize("attention", sorted(minibass.BACKENDS))
 @pytest.mark.parametrize("draft_name", ["self", "other", "adversarial"])
 def test_greedy_equals_generate(models, attention, draft_name):
     target, draft = models["target"], models[draft_name]
@@ -109,13 +110,15 @@ def g_test_pvalue(samples, exact_dist):
     return float(stats.power_divergence(obs_cells[keep], exp_cells[keep], lambda_="log-likelihood").pvalue)
 
 
-def sample_main_prompt(target, draft, params, draft_length, n_rows, n_tokens, seed, attention="padded"):
+def sample_main_prompt(target, draft, params, draft_length, n_rows, n_tokens, seed, attention="padded",
+                       phases=speculative.Phases()):
     """A ragged batch: n_rows copies of MAIN_PROMPT interleaved with other prompts."""
     prompts = [MAIN_PROMPT] * n_rows + OTHER_PROMPTS * 50
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
     shuffled = [prompts[i] for i in order]
     result = minibass.speculative_generate(target, draft, shuffled, n_tokens, sampling=params,
-                                           draft_length=draft_length, seed=seed, attention=attention)
+                                           draft_length=draft_length, seed=seed, attention=attention,
+                                           phases=phases)
     return [tuple(result.tokens[j]) for j, i in enumerate(order) if i < n_rows], result
 
 
@@ -158,58 +161,64 @@ def test_transformers_loaded_from_disk_emit_the_exact_target_distribution(transf
 
 
 # --- planted bugs -----------------------------------------------------------------------------------------
+# Each bug is a broken twin of one phase, handed to the loop through its documented seam
+# (``speculative_generate(..., phases=...)``), so a refactor of the loop cannot silently disarm these tests.
 
-def plant_rollback_one_short(monkeypatch):
-    original = speculative._kept_lengths
-    monkeypatch.setattr(speculative, "_kept_lengths",
-                        lambda t, d, n, k: (original(t, d, n, k)[0] - 1, original(t, d, n, k)[1]))
-
-
-def plant_bonus_from_wrong_position(monkeypatch):
-    original = speculative.accept_and_resample
-
-    def buggy(draft_tokens, draft_probs, target_probs, u_accept, u_next, draft_lens):
-        target_probs = target_probs.clone()
-        rows = torch.arange(len(draft_lens))
-        shifted = (draft_lens - 1).clamp(min=0)
-        target_probs[rows, draft_lens] = target_probs[rows, shifted]  # bonus from p_k instead of p_{k+1}
-        return original(draft_tokens, draft_probs, target_probs, u_accept, u_next, draft_lens)
-
-    monkeypatch.setattr(speculative, "accept_and_resample", buggy)
+def rollback_one_short(target_cache, draft_cache, seq_lens):
+    """The target cache keeps one token fewer than the history confirms."""
+    speculative.rollback_phase(target_cache, draft_cache, seq_lens)
+    target_cache.truncate((target_cache.lengths - 1).clamp(min=0))
 
 
-def plant_stale_draft_probs(monkeypatch):
-    original, previous = speculative._draft, {}
-
-    def buggy(*args):
-        tokens, dists = original(*args)
-        for b in dists:
-            if dists[b]:
-                fresh = dists[b][0]
-                dists[b][0] = previous.get(b, fresh)  # q of the previous step's first position
-                previous[b] = fresh
-        return tokens, dists
-
-    monkeypatch.setattr(speculative, "_draft", buggy)
+def bonus_from_wrong_position(drafts, q, p, draft_lens, active, streams):
+    """The bonus token is drawn from p_k instead of p_{k+1}."""
+    p = p.clone()
+    rows = torch.arange(len(draft_lens))
+    p[rows, draft_lens] = p[rows, (draft_lens - 1).clamp(min=0)]
+    return speculative.accept_phase(drafts, q, p, draft_lens, active, streams)
 
 
-PLANTED = {"rollback_one_short": plant_rollback_one_short,
-           "bonus_from_wrong_position": plant_bonus_from_wrong_position,
-           "stale_draft_probs_after_rollback": plant_stale_draft_probs}
+def stale_draft_probs():
+    """q at the first position is the one of the previous step: not what x_1 was sampled from."""
+    previous = {}
+
+    def draft(*args):
+        drafts, q = speculative.draft_phase(*args)
+        if q is not None:
+            fresh = q[:, 0].clone()
+            if "q" in previous:
+                q[:, 0] = previous["q"]
+            previous["q"] = fresh
+        return drafts, q
+
+    return draft
+
+
+PLANTED = {"rollback_one_short": lambda: Phases(rollback=rollback_one_short),
+           "bonus_from_wrong_position": lambda: Phases(accept=bonus_from_wrong_position),
+           "stale_draft_probs_after_rollback": lambda: Phases(draft=stale_draft_probs())}
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED))
-def test_each_planted_bug_breaks_the_distribution_test(bug, monkeypatch):
-    PLANTED[bug](monkeypatch)
+def test_each_planted_bug_breaks_the_distribution_test(bug):
     target, draft = table_pair()
     params = SamplingParams()
-    samples, _ = sample_main_prompt(target, draft, params, 2, N_TABLE, 4, seed=1)
+    samples, _ = sample_main_prompt(target, draft, params, 2, N_TABLE, 4, seed=1, phases=PLANTED[bug]())
     pvalue = g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 4, params))
     print(f"planted {bug}: p = {pvalue:.3g}")
     assert pvalue < ALPHA
 
 
-def test_draft_catch_up_off_by_one_is_caught_by_the_acceptance_rate(monkeypatch):
+def forget_x_k_after_full_acceptance(draft, cache, history, seq_lens, draft_lens, *rest):
+    """The draft catches up on y alone after a full acceptance, skipping x_k: its context shifts by one."""
+    unseen = seq_lens - cache.lengths  # 2 after a full acceptance (x_k and y), else 1
+    shifted = history.clone()
+    for b in (unseen == 2).nonzero().flatten().tolist():
+        shifted[b, cache.lengths[b]] = history[b, seq_lens[b] - 1]
+    return speculative.draft_phase(draft, cache, shifted, seq_lens - (unseen == 2).long(), draft_lens, *rest)
+
+
+def test_draft_catch_up_off_by_one_is_caught_by_the_acceptance_rate():
     """Forgetting x_k after full acceptance only corrupts the draft's context. The output stays
     exact (q is still the distribution each draft was sampled from: the theorem holds for any
     draft), so the distribution test cannot see it; but a draft equal to the target must accept
@@ -218,12 +227,12 @@ def test_draft_catch_up_off_by_one_is_caught_by_the_acceptance_rate(monkeypatch)
     prompts = [MAIN_PROMPT] * 200 + OTHER_PROMPTS
     healthy = minibass.speculative_generate(target, target, prompts, 12, draft_length=3, seed=0, attention="padded")
     assert healthy.stats.acceptance_rate == 1.0
-    monkeypatch.setattr(speculative, "_unseen_by_draft", lambda pending, drafted, n, y: pending + [y] if not drafted
-                        else [y])
-    buggy = minibass.speculative_generate(target, target, prompts, 12, draft_length=3, seed=0, attention="padded")
+    buggy_phases = Phases(draft=forget_x_k_after_full_acceptance)
+    buggy = minibass.speculative_generate(target, target, prompts, 12, draft_length=3, seed=0, attention="padded",
+                                          phases=buggy_phases)
     print(f"catch-up off by one: acceptance with draft == target {buggy.stats.acceptance_rate:.3f}")
     assert buggy.stats.acceptance_rate < 0.9
-    samples, _ = sample_main_prompt(target, target, SamplingParams(), 3, N_TABLE, 3, seed=4)
+    samples, _ = sample_main_prompt(target, target, SamplingParams(), 3, N_TABLE, 3, seed=4, phases=buggy_phases)
     assert g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3)) > ALPHA
 
 
@@ -264,6 +273,15 @@ def test_bass_dynamic_policy_follows_algorithm_1():
     assert policy.l_draft == 28  # max(1, 20, 32 - ceil(3.2) - 0)
     policy.update([0], [28], [27])
     assert policy.l_draft == 27  # never below the best accepted count
+
+
+def test_a_sequence_that_proposed_nothing_does_not_decide_the_step():
+    """Sequence 0 reached its token budget and drafted 0 tokens: it did not 'accept its whole draft'."""
+    policy = BassDynamicDraftLength()
+    policy.update(active=[0, 1], proposed=[0, 7], accepted=[0, 0])
+    assert (policy.l_draft, policy.s) == (6, 1)  # Algorithm 1 on sequence 1 alone: max(1, 0, 7 - ceil(0.7) - 0)
+    policy.update(active=[0], proposed=[0], accepted=[0])
+    assert (policy.l_draft, policy.s) == (6, 1)  # nobody drafted: no update
 
 
 def test_same_seed_same_tokens(models):

@@ -1,4 +1,6 @@
-"""The one signature every attention backend shares, and the input checks they all run.
+"""The one signature every attention backend shares, the per-step metadata, and the input checks.
+
+Public signature (the contract, section 1), checked on every call:
 
     out = backend(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None)
 
@@ -8,34 +10,106 @@
     q_lens   int [B]           new tokens per sequence (0 = idle this step), q_lens <= kv_lens
     kv_lens  int [B]           valid cache length per sequence, kv_lens <= C
     scale    float or None     softmax scale, default D ** -0.5
-    q_starts int [B] or None   optional: exclusive prefix sum of q_lens (where each sequence's
-                               queries start in q). The decoder computes it once per step and
-                               shares it with every layer; a backend computes it when None.
     returns  [total_q, H, D]   in q's dtype
 
 Query i of sequence b sits at absolute position kv_lens[b] - q_lens[b] + i and attends to keys
 0 ..= that position (causal, aligned to the bottom right). Query head h reads kv head
 h // (H // Hk) (grouped-query attention).
+
+The hot path. Every backend is two functions: the public one above validates its arguments
+(which reads device values, so on a GPU it synchronises) and then calls its ``*_forward``
+twin with an ``AttentionMetadata``. The decoder builds that metadata once per step, from
+lengths it keeps on the host, and calls ``*_forward`` in every layer: no layer re-validates,
+and no layer reads a device value into Python (host values such as ``max_kv_len`` travel in
+the metadata).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from ..cache import pack_positions
+
 
 class AttentionFn(Protocol):
     def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-                 *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor: ...
+                 *, scale: float | None = None) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """One step's ragged layout, computed once and shared by every layer.
+
+    Device tensors (on the device of q and the cache):
+        q_lens, kv_lens, q_starts  long [B]   q_starts = exclusive prefix sum of q_lens
+        seq_ids                    long [N]   the sequence of each packed query
+        offsets                    long [N]   each query's index among its sequence's new tokens
+        positions                  long [N]   each query's absolute position: kv_lens - q_lens + offset
+    Host values (plain Python, so that no layer has to read the device):
+        host_q_lens, host_kv_lens, host_q_starts   list[int] [B]
+        max_q_len, max_kv_len                       int
+    Tables a backend may need, built on first use and then shared by every layer:
+        causal_mask                                 bool [B, Tq, Tk]
+        stale_slots                                 (long [S], long [S])
+    """
+
+    q_lens: Tensor
+    kv_lens: Tensor
+    q_starts: Tensor
+    seq_ids: Tensor
+    offsets: Tensor
+    positions: Tensor
+    host_q_lens: list[int]
+    host_kv_lens: list[int]
+    host_q_starts: list[int]
+    max_q_len: int
+    max_kv_len: int
+
+    @classmethod
+    def build(cls, q_lens: Tensor, kv_lens: Tensor, device: torch.device | str) -> "AttentionMetadata":
+        """From host (CPU) lengths q_lens, kv_lens long [B]; one host-to-device copy for all tensors."""
+        q_lens, kv_lens = q_lens.long(), kv_lens.long()
+        seq_ids, q_starts, positions = pack_positions(q_lens, kv_lens - q_lens)  # (N,), (B,), (N,)
+        offsets = positions - (kv_lens - q_lens)[seq_ids]  # (N,)
+        batch, total = q_lens.shape[0], seq_ids.shape[0]
+        # One transfer: asynchronous from pageable memory, so it never stalls the host on a GPU.
+        packed = torch.cat([q_lens, kv_lens, q_starts, seq_ids, offsets, positions]).to(device, non_blocking=True)
+        dev_q_lens, dev_kv_lens, dev_q_starts, dev_seq, dev_off, dev_pos = packed.split([batch] * 3 + [total] * 3)
+        host_q, host_kv = q_lens.tolist(), kv_lens.tolist()
+        return cls(dev_q_lens, dev_kv_lens, dev_q_starts, dev_seq, dev_off, dev_pos, host_q, host_kv,
+                   q_starts.tolist(), max(host_q, default=0), max(host_kv, default=0))
+
+    @cached_property
+    def causal_mask(self) -> Tensor:
+        """bool [B, Tq, Tk] (Tq = max_q_len, Tk = max_kv_len): may query t of sequence b see key j?
+
+        Yes iff j < kv_lens[b] and j <= kv_lens[b] - q_lens[b] + t (bottom-right causal). Rows
+        t >= q_lens[b] are padding. ``mask[b, :q_lens[b], :kv_lens[b]]`` is sequence b's own mask.
+        """
+        keys = torch.arange(self.max_kv_len, device=self.kv_lens.device)  # (Tk,)
+        q_pos = (self.kv_lens - self.q_lens)[:, None] + torch.arange(self.max_q_len, device=keys.device)  # (B, Tq)
+        return (keys[None, None, :] <= q_pos[:, :, None]) & (keys < self.kv_lens[:, None])[:, None, :]
+
+    @cached_property
+    def stale_slots(self) -> tuple[Tensor, Tensor]:
+        """(seq, slot) long [S]: every cache slot below max_kv_len that lies beyond its sequence's
+        kv_lens — what a padded read of the cache sees but must ignore (it may hold NaN)."""
+        stale = torch.arange(self.max_kv_len)[None, :] >= torch.tensor(self.host_kv_lens)[:, None]  # (B, Tk), host
+        seq, slot = stale.nonzero(as_tuple=True)  # (S,), (S,): on the host, so no device sync
+        return seq.to(self.kv_lens.device, non_blocking=True), slot.to(self.kv_lens.device, non_blocking=True)
 
 
 def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-                 scale: float | None, q_starts: Tensor | None = None) -> tuple[float, Tensor]:
-    """Validates the shared signature; returns (softmax scale, q_starts as long [B]).
+                 scale: float | None) -> tuple[AttentionMetadata, float]:
+    """Validates the public signature; returns (the step's metadata, the softmax scale).
 
-    Raises ValueError naming the argument.
+    Raises ValueError naming the argument. Reads the lengths on the host (a sync on a GPU):
+    this runs at the public boundary, never inside the decoder's layers.
     """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("q_lens", q_lens), ("kv_lens", kv_lens)):
         if not torch.is_tensor(t):
@@ -62,20 +136,17 @@ def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv
     devices = {t.device for t in (q, k_cache, v_cache, q_lens, kv_lens)}
     if len(devices) != 1:
         raise ValueError(f"q, k_cache, v_cache, q_lens, kv_lens must be on one device, got {sorted(map(str, devices))}")
-    if batch and (q_lens < 0).any():
-        raise ValueError(f"q_lens must be >= 0, got {q_lens.tolist()}")
-    if batch and (q_lens > kv_lens).any():
-        raise ValueError(f"q_lens must be <= kv_lens per sequence, got q_lens={q_lens.tolist()} kv_lens={kv_lens.tolist()}")
-    if batch and (kv_lens > capacity).any():
-        raise ValueError(f"kv_lens must be <= capacity ({capacity}), got {kv_lens.tolist()}")
-    if int(q_lens.sum()) != total_q:
-        raise ValueError(f"q has total_q={total_q} rows but q_lens sums to {int(q_lens.sum())}")
-    if q_starts is None:
-        q_starts = torch.cumsum(q_lens, 0) - q_lens
-    elif not torch.is_tensor(q_starts) or q_starts.shape != q_lens.shape or q_starts.device != q_lens.device:
-        raise ValueError(f"q_starts must be an integer tensor shaped like q_lens ({tuple(q_lens.shape)}) on its device")
+    host_q, host_kv = q_lens.cpu().long(), kv_lens.cpu().long()
+    if (host_q < 0).any():
+        raise ValueError(f"q_lens must be >= 0, got {host_q.tolist()}")
+    if (host_q > host_kv).any():
+        raise ValueError(f"q_lens must be <= kv_lens per sequence, got q_lens={host_q.tolist()} kv_lens={host_kv.tolist()}")
+    if (host_kv > capacity).any():
+        raise ValueError(f"kv_lens must be <= capacity ({capacity}), got {host_kv.tolist()}")
+    if int(host_q.sum()) != total_q:
+        raise ValueError(f"q has total_q={total_q} rows but q_lens sums to {int(host_q.sum())}")
     if scale is None:
         scale = head_dim ** -0.5
-    elif not isinstance(scale, (int, float)) or not scale == scale:
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale == scale:
         raise ValueError(f"scale must be a float or None, got {scale!r}")
-    return float(scale), q_starts.long()
+    return AttentionMetadata.build(host_q, host_kv, q.device), float(scale)

@@ -11,19 +11,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import check_inputs
+from .base import AttentionMetadata, check_inputs
 
 
 def naive(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-          *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
-    """Reference ragged attention. Shapes: see ``minibass.attention.base``."""
-    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
+          *, scale: float | None = None) -> Tensor:
+    """Reference ragged attention (checked entry point). Shapes: see ``minibass.attention.base``."""
+    meta, scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    return naive_forward(q, k_cache, v_cache, meta, scale)
+
+
+def naive_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    """The specification itself, on already-checked inputs; loop bounds come from the host lengths."""
     n_heads, n_kv_heads = q.shape[1], k_cache.shape[1]
     group = n_heads // n_kv_heads  # query heads per kv head
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = torch.empty_like(q)
-    for b in range(k_cache.shape[0]):
-        start, n_q, n_kv = int(q_starts[b]), int(q_lens[b]), int(kv_lens[b])  # sequence b's rows of q: start..+n_q
+    for b, (start, n_q, n_kv) in enumerate(zip(meta.host_q_starts, meta.host_q_lens, meta.host_kv_lens)):
+        # sequence b's queries are rows start .. start + n_q of q
         for h in range(n_heads):
             qh = q[start:start + n_q, h].to(acc_dtype)  # (n_q, D)
             kh = k_cache[b, h // group, :n_kv].to(acc_dtype)  # (n_kv, D)

@@ -4,11 +4,19 @@ This is what a framework without ragged kernels does after a speculative step: s
 has ``q_lens[b]`` new queries and ``kv_lens[b]`` cached keys, and both are padded to the batch
 maxima ``Tq = max(q_lens)``, ``Tk = max(kv_lens)``.
 
-    Q  [B, Hk, G, Tq, D]   packed queries scattered into a zero-padded tensor (G = H // Hk)
-    K  [B, Hk, 1, Tk, D]   the cache itself, sliced to Tk (no copy for GQA: broadcast over G)
-    S  [B, Hk, G, Tq, Tk]  = Q K^T * scale, padding and future keys set to -inf *before* softmax
+The G = H / Hk query heads that share a kv head are folded into the rows (the layout the
+ragged kernel uses too): row ``t * G + g`` is query ``t``, head ``hk * G + g``. Then K and V
+are read once per kv head, never broadcast or copied per query head.
+
+    Q  [B, Hk, Tq*G, D]    packed queries scattered into a zero-padded tensor
+    K  [B, Hk, Tk, D]      the cache itself, sliced to Tk (a view)
+    S  [B, Hk, Tq*G, Tk]   = Q K^T * scale; padding and future keys set to -inf *before* softmax
     P  = softmax(S)        padding gets weight exactly 0 (exp(-inf)); a zero-filled score would get e^0
     O  = P V               then the valid rows are gathered back into packed order
+
+Side effect: the stale slots of ``v_cache`` below Tk (positions >= kv_lens[b], garbage by
+contract) are overwritten with zeros, so that a NaN there cannot reach O through 0 * NaN;
+copying V instead would cost a pass over it and, on a CPU, a fresh allocation every layer.
 
 Cost: 2 * B * H * Tq * Tk * D FLOPs for each of QK^T and PV, however ragged the batch is —
 the waste grows with the spread of the lengths (``cost()`` computes it). Two big batched
@@ -20,42 +28,47 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import check_inputs
+from .base import AttentionMetadata, check_inputs
 
 
 def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-           *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
-    """Ragged attention computed on padded tensors. Shapes: see ``minibass.attention.base``."""
-    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
+           *, scale: float | None = None) -> Tensor:
+    """Ragged attention computed on padded tensors (checked entry point). Shapes: see ``minibass.attention.base``."""
+    meta, scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    return padded_forward(q, k_cache, v_cache, meta, scale)
+
+
+def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    """BASS-PAD on already-checked inputs; Tq and Tk come from the host maxima in ``meta``."""
     batch, n_kv_heads, _, head_dim = k_cache.shape
     total_q, n_heads, _ = q.shape
     group = n_heads // n_kv_heads
+    tq, tk = meta.max_q_len, meta.max_kv_len
     if total_q == 0:
         return q.new_empty(q.shape)
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q_lens, kv_lens = q_lens.long(), kv_lens.long()
-    tq, tk = int(q_lens.max()), int(kv_lens.max())
 
-    # Packed query r belongs to sequence seq[r] at offset off[r] within that sequence's new tokens.
-    seq = torch.repeat_interleave(torch.arange(batch, device=q.device), q_lens)  # (total_q,)
-    off = torch.arange(total_q, device=q.device) - q_starts[seq]  # (total_q,)
-    q_pad = q.new_zeros(batch, tq, n_heads, head_dim)  # (B, Tq, H, D)
-    q_pad[seq, off] = q
-    q_pad = q_pad.view(batch, tq, n_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)  # (B, Hk, G, Tq, D)
+    uniform = tq * batch == total_q  # every sequence has Tq queries (e.g. a decode step): nothing to pad
+    if uniform:  # packed q already is [B, Tq, H, D]
+        q_pad = q.view(batch, tq, n_kv_heads, group, head_dim).transpose(1, 2)  # (B, Hk, Tq, G, D)
+    else:  # packed query n goes to row offsets[n] of its sequence, zeros elsewhere
+        q_pad = q.new_zeros(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
+        q_pad[meta.seq_ids, :, meta.offsets] = q.view(total_q, n_kv_heads, group, head_dim)
+    q_pad = q_pad.reshape(batch, n_kv_heads, tq * group, head_dim).to(acc_dtype)  # (B, Hk, Tq*G, D)
 
-    # Stale cache slots may hold NaN/inf. A NaN score is overwritten by the -inf mask below, but
-    # the weight 0 of a padded key times a NaN value is still NaN, so padded values are zeroed.
-    key_valid = torch.arange(tk, device=q.device)[None, :] < kv_lens[:, None]  # (B, Tk)
-    k = k_cache[:, :, :tk].unsqueeze(2)  # (B, Hk, 1, Tk, D), a view: broadcast over the G query heads
-    v = torch.where(key_valid[:, None, :, None], v_cache[:, :, :tk], 0).unsqueeze(2)  # (B, Hk, 1, Tk, D)
-
-    scores = torch.matmul(q_pad.to(acc_dtype), k.to(acc_dtype).transpose(-1, -2)) * scale  # (B, Hk, G, Tq, Tk)
-    q_pos = (kv_lens - q_lens)[:, None] + torch.arange(tq, device=q.device)[None, :]  # (B, Tq) absolute positions
-    allowed = key_valid[:, None, :] & (torch.arange(tk, device=q.device)[None, None, :] <= q_pos[:, :, None])  # (B, Tq, Tk)
-    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+    k = k_cache[:, :, :tk].to(acc_dtype)  # (B, Hk, Tk, D), a view when no upcast is needed
+    scores = torch.matmul(q_pad, k.transpose(-1, -2)).mul_(scale)  # (B, Hk, Tq*G, Tk), in place from here on
+    stale_seq, stale_slot = meta.stale_slots  # cache slots below Tk beyond their sequence's kv_lens
+    if not (uniform and tq == 1 and len(stale_seq) == 0):  # else: one query per sequence sees all Tk keys
+        # The step's mask [B, Tq, Tk] covers the G rows of each query through a view of the scores.
+        scores.view(batch, n_kv_heads, tq, group, tk).masked_fill_(~meta.causal_mask[:, None, :, None], float("-inf"))
+    # Padding rows (past q_lens[b]) may see no key at all and come out NaN; they are never gathered.
     weights = torch.softmax(scores, dim=-1)
-    # A padding row of an idle, empty sequence has no allowed key: softmax gives NaN there; zero it.
-    weights = torch.where(allowed.any(-1)[:, None, None, :, None], weights, 0)
-    out = torch.matmul(weights, v.to(acc_dtype))  # (B, Hk, G, Tq, D)
-    out = out.permute(0, 3, 1, 2, 4).reshape(batch, tq, n_heads, head_dim)  # (B, Tq, H, D)
-    return out[seq, off].to(q.dtype)  # (total_q, H, D)
+    # Stale cache slots may hold NaN/inf: the weight 0 of a masked key times NaN is still NaN. They
+    # hold garbage by contract, so they are overwritten with zeros in place: no copy of V.
+    if len(stale_seq):  # a shape, known on the host
+        v_cache[stale_seq, :, stale_slot] = 0
+    v = v_cache[:, :, :tk]  # (B, Hk, Tk, D), a view
+    out = torch.matmul(weights, v.to(acc_dtype)).view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
+    out = out.transpose(1, 2) if uniform else out[meta.seq_ids, :, meta.offsets]  # (B, Tq, Hk, G, D) or (N, Hk, G, D)
+    return out.reshape(total_q, n_heads, head_dim).to(q.dtype)  # (total_q, H, D)

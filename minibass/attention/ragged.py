@@ -28,10 +28,11 @@ Cost: the useful FLOPs (plus at most one partial KV block and one partial row bl
 program), one launch per layer, K and V read once per kv head and query block.
 
 Where it runs. On CUDA tensors the kernel is compiled by ``triton.jit``. On CPU tensors,
-minibass wraps the same Python function in Triton's interpreter
-(``triton.runtime.interpreter.InterpretedFunction``) itself, so no ``TRITON_INTERPRET=1`` is
-needed; the interpreter runs the kernel with NumPy, correct but slow. Where Triton is not
-installed, calling this backend raises ImportError with an install hint; the others still work.
+minibass runs the same Python function in Triton's interpreter itself, so no
+``TRITON_INTERPRET=1`` is needed; the interpreter runs the kernel with NumPy, correct but slow.
+Both forms come from ``triton_shim.py``, the one place that touches Triton internals. Where
+Triton is not installed, calling this backend raises ImportError with an install hint; the
+others still work.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import check_inputs
+from .base import AttentionMetadata, check_inputs
 
 
 class _Kernels:
@@ -51,18 +52,19 @@ class _Kernels:
     @classmethod
     def get(cls, on_cpu: bool):
         try:
-            import triton
+            from . import triton_shim
             from .ragged_kernel import ragged_attention_kernel
         except ImportError as error:
-            raise ImportError("the 'ragged' attention backend needs Triton (pip install 'triton>=3.0'); "
+            if type(error).__name__ == "TritonVersionError":  # installed, but too different: its own message
+                raise
+            raise ImportError("the 'ragged' attention backend needs Triton (pip install 'triton>=3.6'); "
                               "the 'naive', 'padded' and 'split' backends work without it") from error
         if on_cpu:
             if cls.interpreted is None:
-                from triton.runtime.interpreter import InterpretedFunction
-                cls.interpreted = InterpretedFunction(ragged_attention_kernel)
+                cls.interpreted = triton_shim.interpreted(ragged_attention_kernel)
             return cls.interpreted
         if cls.compiled is None:
-            cls.compiled = triton.jit(ragged_attention_kernel)
+            cls.compiled = triton_shim.compiled(ragged_attention_kernel)
         return cls.compiled
 
 
@@ -71,9 +73,14 @@ def _next_power_of_2(n: int) -> int:
 
 
 def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
-           *, scale: float | None = None, q_starts: Tensor | None = None) -> Tensor:
-    """Ragged attention as one Triton launch. Shapes: see ``minibass.attention.base``."""
-    scale, q_starts = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale, q_starts)
+           *, scale: float | None = None) -> Tensor:
+    """Ragged attention as one Triton launch (checked entry point). Shapes: see ``minibass.attention.base``."""
+    meta, scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    return ragged_forward(q, k_cache, v_cache, meta, scale)
+
+
+def ragged_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    """One kernel launch on already-checked inputs; the grid comes from the host maxima in ``meta``."""
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError(f"q dtype must be float16, bfloat16, float32 or float64 for 'ragged', got {q.dtype}")
     on_cpu = q.device.type == "cpu"
@@ -86,10 +93,8 @@ def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (total_q, H, D), contiguous
     k_cache = k_cache if k_cache.stride(-1) == 1 else k_cache.contiguous()
     v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
-    q_lens, kv_lens = q_lens.to(torch.int32), kv_lens.to(torch.int32)
-    q_starts = q_starts.to(torch.int32)
 
-    rows = int(q_lens.max()) * group  # most (query, head) rows any sequence has
+    rows = meta.max_q_len * group  # most (query, head) rows any sequence has
     block_m = 16 if rows <= 16 else 64  # tl.dot needs every tile dimension >= 16 on a GPU
     block_n = 64
     block_d = max(16, _next_power_of_2(head_dim))
@@ -98,7 +103,7 @@ def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
     kernel = _Kernels.get(on_cpu)
     grid = (batch, n_kv_heads, -(-rows // block_m))  # ceil(rows / block_m) row blocks
     kernel[grid](
-        q, k_cache, v_cache, out, q_starts, q_lens, kv_lens, float(scale),
+        q, k_cache, v_cache, out, meta.q_starts, meta.q_lens, meta.kv_lens, float(scale),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,

@@ -8,12 +8,7 @@ CPU tensors.
 
 import triton.language as tl
 
-# Row reductions go through ``tl.reduce`` with Triton's own combine functions rather than
-# ``tl.max``/``tl.sum``: those are @triton.jit wrappers that Triton's interpreter cannot call
-# unless TRITON_INTERPRET=1 was set before Triton was imported, while ``tl.reduce`` with these
-# combiners runs in both worlds (the interpreter maps them onto NumPy's max and sum).
-_MAX = tl.standard._elementwise_max
-_SUM = tl.standard._sum_combine
+from .triton_shim import MAX, SUM  # tl.max / tl.sum combiners that also run in the interpreter (see the shim)
 
 
 def ragged_attention_kernel(
@@ -27,7 +22,7 @@ def ragged_attention_kernel(
     m_block = tl.program_id(2)  # block of BLOCK_M rows of (query, head-in-group)
     q_len = tl.load(Q_LENS + b).to(tl.int32)
     kv_len = tl.load(KV_LENS + b).to(tl.int32)
-    q_start = tl.load(Q_STARTS + b).to(tl.int32)
+    q_start = tl.load(Q_STARTS + b).to(tl.int64)
     if m_block * BLOCK_M >= q_len * GROUP:
         return  # this sequence has fewer rows (or is idle this step)
 
@@ -50,8 +45,10 @@ def ragged_attention_kernel(
 
     last_row = tl.minimum(m_block * BLOCK_M + BLOCK_M - 1, q_len * GROUP - 1) // GROUP
     hi = kv_len - q_len + last_row + 1  # keys beyond this are in every row's future
-    k_base = K + b * stride_kb + hk * stride_kh
-    v_base = V + b * stride_vb + hk * stride_vh
+    # Offsets into the cache and the packed Q / O are 64-bit (q_start above too): b * stride_kb
+    # passes 2**31 for a cache of more than 2**31 elements per layer, where int32 would wrap.
+    k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < kv_len
@@ -65,11 +62,11 @@ def ragged_attention_kernel(
         s = tl.dot(q, k, input_precision=PRECISION).to(acc_ty) * scale  # (BLOCK_M, BLOCK_N)
         allowed = (offs_n[None, :] <= q_pos[:, None]) & n_ok[None, :]
         s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.reduce(s, 1, _MAX))
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, MAX))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # padding rows: avoid (-inf) - (-inf)
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.reduce(p, 1, _SUM)
+        l_i = l_i * alpha + tl.reduce(p, 1, SUM)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(acc_ty)
         m_i = m_new
 

@@ -7,6 +7,7 @@ import json
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -51,6 +52,31 @@ def median_timed(fn, *, device: str, reps: int) -> tuple[float, object]:
     """The median of ``reps`` timed calls of fn() (after the caller's warm-up), and the last result."""
     runs = [timed(fn, device=device) for _ in range(reps)]
     return sorted(r[0] for r in runs)[len(runs) // 2], runs[-1][1]
+
+
+@contextmanager
+def forward_clock(*models, device: str):
+    """Adds up the seconds spent inside the models' ``forward`` calls while the block runs.
+
+    Yields a dict whose ``"seconds"`` grows with every call (the GPU synchronised around each
+    call, so that the time is the call's own); the models are restored afterwards.
+    """
+    spent = {"seconds": 0.0}
+
+    def clocked(original):
+        def forward(*args, **kwargs):
+            seconds, result = timed(lambda: original(*args, **kwargs), device=device)
+            spent["seconds"] += seconds
+            return result
+        return forward
+
+    for model in models:
+        model.forward = clocked(model.forward)
+    try:
+        yield spent
+    finally:
+        for model in models:
+            del model.forward  # back to the class's method
 
 
 def write_json(path: str | Path, payload: dict) -> Path:

@@ -2,8 +2,12 @@
 
     python -m minibass.bench decode [--batch-sizes 1 4 16] [--new-tokens 64] [--device cpu]
 
-Reports tokens/s per batch size and backend, and the ratio to transformers. Greedy decoding
-with equal-length prompts, so transformers needs no padding and both do the same work.
+Reports tokens/s per batch size and backend (``default`` = ``attention=None``, the backend
+minibass picks for the device), the ratio to transformers, and where minibass's time goes
+per decoding step: inside the model's forward calls vs everything else (sampling, bookkeeping).
+Greedy decoding with equal-length prompts, so transformers needs no padding and both do the
+same work. Each repetition runs every contender once, in turn, so that a slow spell of the
+machine hits them all alike; the median over repetitions is reported.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import tempfile
 import torch
 
 import minibass
-from .common import median_timed, provenance, random_llama, write_json
+from .common import forward_clock, provenance, random_llama, timed, write_json
 
 
-def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=3):
+def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=5):
     from transformers import AutoModelForCausalLM
 
     with tempfile.TemporaryDirectory() as folder:
@@ -26,25 +30,44 @@ def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=
         hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     hf.generation_config.eos_token_id = None
     greedy = minibass.SamplingParams(temperature=0)
+    default = minibass.attention.default_backend(device)
     rows = []
     for batch in batch_sizes:
         prompts = torch.randint(0, ours.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(batch))
-        hf_gen = lambda: hf.generate(prompts.to(device), max_new_tokens=new_tokens, do_sample=False,  # noqa: E731
-                                     pad_token_id=0)
-        hf_gen()  # warm-up
-        hf_seconds, _ = median_timed(lambda: torch.no_grad()(hf_gen)(), device=device, reps=reps)
+        calls = {"transformers": lambda: torch.no_grad()(hf.generate)(prompts.to(device), max_new_tokens=new_tokens,
+                                                                      do_sample=False, pad_token_id=0)}
+        for backend in backends:
+            calls[backend] = (lambda b=backend: minibass.generate(ours, prompts.tolist(), new_tokens, sampling=greedy,
+                                                                  attention=None if b == "default" else b))
+        seconds = {name: [] for name in calls}
+        forward_seconds = {name: [] for name in calls}
+        for call in calls.values():
+            call()  # warm-up
+        for _ in range(reps):
+            for name, call in calls.items():
+                with forward_clock(ours, device=device) as spent:
+                    elapsed, _ = timed(call, device=device)
+                seconds[name].append(elapsed)
+                forward_seconds[name].append(spent["seconds"])
+        median = {name: sorted(v)[len(v) // 2] for name, v in seconds.items()}
+        hf_seconds = median["transformers"]
         row = {"batch": batch, "transformers_tok_s": batch * new_tokens / hf_seconds}
         for backend in backends:
-            call = lambda: minibass.generate(ours, prompts.tolist(), new_tokens, sampling=greedy,  # noqa: E731
-                                             attention=backend)
-            call()  # warm-up
-            seconds, _ = median_timed(call, device=device, reps=reps)
-            row[f"minibass_{backend}_tok_s"] = batch * new_tokens / seconds
-            row[f"minibass_{backend}_ratio"] = hf_seconds / seconds
+            runs = sorted(zip(seconds[backend], forward_seconds[backend]))
+            total, forward = runs[len(runs) // 2]  # the median run
+            row[f"minibass_{backend}_tok_s"] = batch * new_tokens / total
+            row[f"minibass_{backend}_ratio"] = hf_seconds / total
+            row[f"minibass_{backend}_step_ms"] = {"forward": 1e3 * forward / new_tokens,
+                                                  "other": 1e3 * (total - forward) / new_tokens}
         rows.append(row)
-        print("  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        print(f"batch {batch}: transformers {row['transformers_tok_s']:.0f} tok/s" + "".join(
+            f"  |  {b} {row[f'minibass_{b}_tok_s']:.0f} tok/s ({row[f'minibass_{b}_ratio']:.2f}x), per step "
+            f"{row[f'minibass_{b}_step_ms']['forward']:.2f} ms forward + {row[f'minibass_{b}_step_ms']['other']:.2f} "
+            f"ms other" for b in backends), flush=True)
     payload = {"provenance": provenance(device), "model": "random Llama, 4 layers, hidden 256, 8 heads (4 kv), "
-               "vocab 4096", "reps": reps, "timing": "median of reps", "prompt_len": prompt_len, "new_tokens": new_tokens, "dtype": str(dtype), "rows": rows}
+               "vocab 4096", "default_backend": default, "reps": reps,
+               "timing": "median of reps, contenders interleaved, after a warm-up", "prompt_len": prompt_len,
+               "new_tokens": new_tokens, "dtype": str(dtype), "rows": rows}
     print(f"wrote {write_json(out, payload)}")
     return payload
 
@@ -56,13 +79,15 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--backends", nargs="+", default=None,
-                        help="attention backends to time (default: all but ragged on the CPU, where it is interpreted)")
+                        help="'default' (attention=None) and/or backend names (default: 'default' and every "
+                             "backend but ragged on the CPU, where it is interpreted)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
+    parser.add_argument("--reps", type=int, default=5, help="timed runs per contender (the median is reported)")
     parser.add_argument("--out", default=None, help="JSON path (default bench_results/decode-<device>.json)")
     args = parser.parse_args(argv)
-    backends = args.backends or [b for b in minibass.BACKENDS if args.device != "cpu" or b != "ragged"]
-    out = args.out or f"bench_results/decode-{args.device.split(':')[0]}.json"
+    kind = args.device.split(":")[0]
+    backends = args.backends or ["default"] + [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
+    out = args.out or f"bench_results/decode-{kind}.json"
     run(args.batch_sizes, args.new_tokens, args.prompt_len, backends, args.device, getattr(torch, args.dtype), out,
         args.reps)

@@ -141,11 +141,13 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--attention", default="split", help="minibass backend (default split: fastest on a CPU)")
+    parser.add_argument("--attention", default=None,
+                        help="minibass backend (default: the device's default, minibass.attention.default_backend)")
     parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args(argv)
     kind = args.device.split(":")[0]
-    run(args.device, args.batch_sizes, args.new_tokens, args.attention,
+    attention = args.attention or minibass.attention.default_backend(args.device)
+    run(args.device, args.batch_sizes, args.new_tokens, attention,
         args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps)

@@ -1,0 +1,75 @@
+"""Prints the README's benchmark tables (markdown) from the committed JSON in bench_results/.
+
+    python scripts/bench_tables.py [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench_results"
+
+
+def load(name: str, device: str):
+    path = RESULTS / f"{name}-{device}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def decode_table(d) -> str:
+    backends = [k[len("minibass_"):-len("_tok_s")] for k in d["rows"][0] if k.endswith("_tok_s") and
+                k.startswith("minibass_")]
+    head = "| batch | transformers `generate` | " + " | ".join(
+        f"minibass {b}" + (f" (= {d['default_backend']})" if b == "default" else "") for b in backends) + " |"
+    lines = [head, "|" + "---|" * (2 + len(backends))]
+    for r in d["rows"]:
+        cells = [f"{r[f'minibass_{b}_tok_s']:.0f} tok/s ({r[f'minibass_{b}_ratio']:.2f}x)" for b in backends]
+        lines.append(f"| {r['batch']} | {r['transformers_tok_s']:.0f} tok/s | " + " | ".join(cells) + " |")
+    default = [r.get("minibass_default_step_ms") for r in d["rows"]]
+    if all(default):
+        lines.append("")
+        lines.append("Per decoding step with the default backend (forward calls + everything else): " + "; ".join(
+            f"batch {r['batch']}: {s['forward']:.2f} + {s['other']:.2f} ms" for r, s in zip(d["rows"], default)) + ".")
+    return "\n".join(lines)
+
+
+def attention_table(d, new_tokens: int = 4) -> str:
+    rows = [r for r in d["rows"] if r["new_tokens"] == new_tokens]
+    names = list(rows[0]["backends"])
+    label = {n: n + (" (interpreted)" if "note" in rows[0]["backends"][n] else "") for n in names}
+    lines = ["| batch | spread | PAD waste | " + " | ".join(label[n] for n in names) + " |",
+             "|" + "---|" * (3 + len(names))]
+    for r in rows:
+        cells = [f"{r['backends'][n]['ms']:.1f} ms" for n in names]
+        lines.append(f"| {r['batch']} | {r['spread']} | {r['backends']['padded']['waste']:.2f}x | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speculative_table(d, backend: str) -> str:
+    ks = list(dict.fromkeys(run["draft_length"] for run in d["rows"][0]["runs"] if run["backend"] == backend))
+    lines = ["| batch | regular | " + " | ".join(f"k={k}" for k in ks) + " |", "|" + "---|" * (2 + len(ks))]
+    for r in d["rows"]:
+        runs = {run["draft_length"]: run for run in r["runs"] if run["backend"] == backend}
+        cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), accept {runs[k]['acceptance_rate']:.2f}, "
+                 f"{runs[k]['tokens_per_target_call']:.1f} tok/call, {runs[k].get('outside_forward_share', 0):.0%} "
+                 f"outside forward" for k in ks]
+        lines.append(f"| {r['batch']} | {r['regular_tok_s']:.0f} tok/s | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    for name, render in [("decode", decode_table), ("attention", attention_table),
+                         ("speculative", lambda d: speculative_table(d, "padded"))]:
+        data = load(name, args.device)
+        if data:
+            p = data["provenance"]
+            print(f"### {name} ({p['device']}, torch {p['torch']}, {p['date']})\n\n{render(data)}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""A decode step of minibass's decoder under ``torch.cuda.set_sync_debug_mode("error")``.
+
+Any host synchronisation inside ``Decoder.forward`` (``.item()``, ``.tolist()``, ``int(t)`` on a
+CUDA tensor, a data-dependent shape, a blocking copy) raises. Run on a GPU machine:
+    PYTHONPATH=. python scripts/gpu_sync_check.py
+"""
+
+import tempfile
+
+import torch
+
+import minibass
+from minibass.bench.common import random_llama
+
+with tempfile.TemporaryDirectory() as folder:
+    model = minibass.load_model(random_llama(folder, layers=2, hidden=128, heads=4, kv_heads=2), device="cuda")
+for backend in ["padded", "split", "ragged", None]:
+    cache = model.init_cache(3, 64)
+    model.forward(torch.tensor(list(range(5, 17))), torch.tensor([5, 4, 3]), cache, attention=backend)  # prefill
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for q_lens in ([1, 1, 1], [3, 0, 2]):  # a decode step, then a ragged verify-like step with an idle sequence
+            model.forward(torch.arange(sum(q_lens)), torch.tensor(q_lens), cache, attention=backend)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    print(f"{backend or 'default'}: decode and ragged steps ran with no host synchronisation")

@@ -50,8 +50,10 @@ def test_logits_match_transformers(pair, hf_pair):
 
 
 def test_tokenizer_round_trips_held_out_text(pair):
+    from minibass.zoo.train import corpus_files
+
     _, _, tokenizer = pair
-    for path in zoo.held_out_files()[:5]:
+    for path in corpus_files()[1][:5]:  # held-out files
         text = path.read_text(encoding="utf-8")
         assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
@@ -70,6 +72,41 @@ def test_greedy_outputs_match_transformers_on_demo_prompts(pair, hf_pair):
             ref = hf_target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
                                      pad_token_id=tokenizer.eos_token_id)
         assert ref[0, len(prompt):].tolist() == tokens
+
+
+def test_training_resumes_exactly_where_it_stopped(tmp_path):
+    """Stopped by --max-minutes and carried on with --resume, training ends with the same weights
+    as an uninterrupted run (data stream, optimizer and step restored)."""
+    from safetensors.torch import load_file
+
+    from minibass.zoo import train
+
+    train.main(["--out", str(tmp_path / "whole"), "--fast"])
+    train.main(["--out", str(tmp_path / "parts"), "--fast", "--max-minutes", "0"])  # stops after one step
+    assert (tmp_path / "parts" / "_work" / "target.pt").exists() and not (tmp_path / "parts" / "target").exists()
+    train.main(["--out", str(tmp_path / "parts"), "--fast", "--resume"])
+    for name in ("target", "draft"):
+        whole = load_file(tmp_path / "whole" / name / "model.safetensors")
+        parts = load_file(tmp_path / "parts" / name / "model.safetensors")
+        assert whole.keys() == parts.keys() and all(torch.equal(whole[k], parts[k]) for k in whole), name
+    assert json.loads((tmp_path / "parts" / "prompts.json").read_text())["prompts"]
+
+
+def test_demo_prompts_are_shipped_data_and_the_runtime_never_imports_training_code():
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['minibass', 'demo', '--max-new-tokens', '3', '--batch-size', '2', '--backends', 'padded']\n"
+        "try:\n"
+        "    runpy.run_module('minibass', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        "from minibass import zoo\n"
+        "zoo.load_demo_pair(); assert len(zoo.demo_prompts(50)) >= 16\n"
+        "assert 'minibass.zoo.train' not in sys.modules, 'the runtime imported the training code'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "greedy check" in done.stdout
 
 
 def run_cli(*args):

@@ -2,12 +2,14 @@
 
 Both are ordinary Hugging Face folders (config.json, bf16 model.safetensors, tokenizer.json,
 a model card with provenance) under ``minibass/zoo/demo/``, made by ``python -m minibass.zoo.train``
-from the Python standard library's own sources. They load with ``minibass.load_model`` and with
-``transformers.AutoModelForCausalLM`` alike.
+from the Python standard library's own sources, and the held-out prompts the demo uses
+(``demo/prompts.json``), shipped as data. They load with ``minibass.load_model`` and with
+``transformers.AutoModelForCausalLM`` alike. Nothing here imports the training code.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 DEMO = Path(__file__).parent / "demo"
@@ -32,22 +34,8 @@ def load_demo_pair(dtype=None, device=None):
             load_tokenizer(target_dir))
 
 
-def held_out_files() -> list[Path]:
-    """Standard-library sources the demo pair never trained on (the training script's path-hash split)."""
-    from .train import corpus_files
-
-    return corpus_files()[1]
-
-
-def demo_prompts(n: int = 8, lines: int = 2) -> list[str]:
-    """The first ``lines`` lines of function definitions from held-out standard-library files."""
-    prompts = []
-    for path in held_out_files():
-        text_lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for i, line in enumerate(text_lines):
-            if line.lstrip().startswith("def ") and line.rstrip().endswith(":"):
-                prompts.append("\n".join(text_lines[i:i + lines]) + "\n")
-                break  # one per file: varied prompts
-        if len(prompts) == n:
-            break
-    return prompts
+def demo_prompts(n: int = 8) -> list[str]:
+    """Up to ``n`` held-out prompts shipped with the pair (``demo/prompts.json``): the first two lines
+    of a function definition from each standard-library file the pair never trained on."""
+    data = json.loads((DEMO / "prompts.json").read_text())
+    return [p["text"] for p in data["prompts"][:n]]

@@ -1,7 +1,13 @@
 """Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
-    python -m minibass.zoo.train --out minibass/zoo/demo        # the shipped pair (~40 min, 2 cores)
+    python -m minibass.zoo.train --out minibass/zoo/demo        # the shipped pair (~48 min, 2 cores)
     python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
+
+Long runs go in parts: ``--max-minutes M`` stops after M minutes with a checkpoint in
+``OUT/_work/``, and ``--resume`` carries on from it (the tokenizer, the random stream of
+training windows, the model, the optimizer and the step are all restored), so a run of any
+length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` (LAYERSxHIDDEN,
+32-dimensional heads, half as many kv heads) choose the models.
 
 1. Corpus: the Python standard library's own ``.py`` sources of the running interpreter
    (``sysconfig``), without its test suites; files are split into train / held-out by a hash of
@@ -100,11 +106,30 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def fit(model, steps: int, data, peak_lr: float, loss_fn, desc: str) -> list[float]:
+def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, loss_fn, desc: str,
+        checkpoint: Path, deadline: float | None) -> bool:
+    """AdamW with a cosine schedule for ``steps`` steps; returns True when done.
+
+    Saves model, optimizer, step and the data generator's state to ``checkpoint`` every 50 steps,
+    at the end, and when ``deadline`` (a time.time()) passes, then returns False: rerun with
+    ``--resume`` to carry on. Resumes from ``checkpoint`` when it exists.
+    """
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    start, losses, seconds = 0, [], 0.0
+    if checkpoint.exists():  # our own file: tensors, numbers and lists only
+        state = torch.load(checkpoint, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        start, losses, seconds = state["step"], state["losses"], state["seconds"]
+
+    def save(step: int, elapsed: float) -> None:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": generator.get_state(),
+                    "step": step, "losses": losses, "seconds": elapsed}, checkpoint)
+
     model.train()
-    losses = []
-    bar = tqdm(range(steps), desc=desc, mininterval=5)
+    began = time.time()
+    bar = tqdm(range(start, steps), desc=desc, mininterval=5, initial=start, total=steps)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, peak_lr, warmup=max(1, steps // 20))
@@ -115,8 +140,24 @@ def fit(model, steps: int, data, peak_lr: float, loss_fn, desc: str) -> list[flo
         opt.step()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if (step + 1) % 50 == 0 or step + 1 == steps or (deadline is not None and time.time() > deadline):
+            save(step + 1, seconds + time.time() - began)
+            if deadline is not None and time.time() > deadline and step + 1 < steps:
+                print(f"{desc}: stopped at step {step + 1}/{steps} (--max-minutes); rerun with --resume", flush=True)
+                return False
     model.eval()
-    return losses
+    return True
+
+
+def minutes_spent(checkpoint: Path) -> float:
+    return torch.load(checkpoint, weights_only=True)["seconds"] / 60
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """'LAYERSxHIDDEN' -> (hidden, layers, heads, kv_heads) with 32-dimensional heads."""
+    layers, hidden = (int(x) for x in text.lower().split("x"))
+    heads = max(1, hidden // 32)
+    return hidden, layers, heads, max(1, heads // 2)
 
 
 @torch.no_grad()
@@ -158,6 +199,23 @@ def held_out_prompts(tokenizer, texts: list[str], n: int, length: int) -> list[l
     return prompts
 
 
+def write_demo_prompts(held_files: list[Path], root: Path, path: Path) -> None:
+    """The demo's prompts, shipped as data: the first two lines of the first function definition of
+    each held-out file (``minibass.zoo.demo_prompts`` reads them)."""
+    prompts = []
+    for file in held_files:
+        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("def ") and line.rstrip().endswith(":"):
+                prompts.append({"file": str(file.relative_to(root)), "line": i + 1,
+                                "text": "\n".join(lines[i:i + 2]) + "\n"})
+                break
+    about = ("Held-out prompts of the demo pair: the first two lines of the first function definition in each "
+             "standard-library file the pair never trained on (the training script's path-hash split), Python "
+             + sys.version.split()[0] + ".")
+    path.write_text(json.dumps({"about": about, "prompts": prompts}, indent=1) + "\n")
+
+
 MODEL_CARD = """---
 library_name: transformers
 tags: [minibass, speculative-decoding, demo]
@@ -197,14 +255,23 @@ def main(argv=None):
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-shape", default="4x256", help="LAYERSxHIDDEN of the target (default 4x256)")
+    parser.add_argument("--draft-shape", default="2x128", help="LAYERSxHIDDEN of the draft (default 2x128)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop after this many minutes with a checkpoint; carry on with --resume")
+    parser.add_argument("--resume", action="store_true", help="carry on from the checkpoints in OUT/_work/")
     args = parser.parse_args(argv)
     if args.fast:
         args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
+        args.target_shape, args.draft_shape = "2x64", "1x32"
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
+    deadline = started + 60 * args.max_minutes if args.max_minutes is not None else None
     out = Path(args.out)
-    tmp = out / "_tokenizer"
+    tmp = out / "_work"
+    if tmp.exists() and not args.resume:
+        shutil.rmtree(tmp)  # a fresh run
     tmp.mkdir(parents=True, exist_ok=True)
 
     train_files, held_files, root = corpus_files(limit=12 if args.fast else None)
@@ -212,14 +279,18 @@ def main(argv=None):
     if not held_texts:
         held_texts = train_texts[-1:]
     print(f"corpus: {len(train_files)} train / {len(held_files)} held-out files from {root}", flush=True)
-    tokenizer = train_tokenizer(train_texts, args.vocab, tmp)
+    if (tmp / "tokenizer.json").exists():
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp)
+    else:
+        tokenizer = train_tokenizer(train_texts, args.vocab, tmp)
     train_stream, held_stream = encode_all(tokenizer, train_texts), encode_all(tokenizer, held_texts)
     print(f"tokens: {len(train_stream):,} train, {len(held_stream):,} held-out", flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     vocab, eos = len(tokenizer), tokenizer.eos_token_id
 
-    shapes = {"target": (64, 2, 4, 2) if args.fast else (256, 4, 8, 4),
-              "draft": (32, 1, 2, 1) if args.fast else (128, 2, 4, 2)}
+    shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
     target = llama(vocab, *shapes["target"], 1024, eos)
     draft = llama(vocab, *shapes["draft"], 1024, eos)
 
@@ -227,9 +298,9 @@ def main(argv=None):
         logits = target(x[:, :-1]).logits
         return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
 
-    t0 = time.time()
-    fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), 3e-3, lm_loss, "target")
-    target_minutes = (time.time() - t0) / 60
+    if not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, 3e-3, lm_loss,
+               "target", tmp / "target.pt", deadline):
+        return
 
     def kd_loss(x):
         with torch.no_grad():
@@ -238,9 +309,10 @@ def main(argv=None):
         return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
                                           log_target=True, reduction="batchmean")  # KL(target || draft)
 
-    t0 = time.time()
-    fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), 3e-3, kd_loss, "draft")
-    draft_minutes = (time.time() - t0) / 60
+    if not fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, 3e-3, kd_loss,
+               "draft", tmp / "draft.pt", deadline):
+        return
+    target_minutes, draft_minutes = minutes_spent(tmp / "target.pt"), minutes_spent(tmp / "draft.pt")
 
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
     common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
@@ -266,8 +338,10 @@ def main(argv=None):
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
                                  acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()), **common)
         (folders[name] / "README.md").write_text(card)
-    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": (time.time() - started) / 60, **common}
+    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": {"target": target_minutes, "draft": draft_minutes},
+               **common}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_demo_prompts(held_files or train_files[-1:], root, out / "prompts.json")  # (--fast: maybe no held-out file)
     shutil.rmtree(tmp)
     print(json.dumps(metrics, indent=2))
 

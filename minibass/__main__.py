@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
         p.add_argument("--top-k", type=int, default=0)
         p.add_argument("--top-p", type=float, default=1.0)
-        p.add_argument("--draft-length", default="dynamic", help="an int, 'dynamic' (BASS) or 'per-sequence'")
+        p.add_argument("--draft-length", default="dynamic",
+                       help="an int, 'dynamic' (BASS Algorithm 1), 'per-sequence' or 'auto' (cost-aware)")
         p.add_argument("--device", default="cpu", help="cpu or cuda")
         p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
         p.add_argument("--seed", type=int, default=0)

@@ -1,9 +1,13 @@
-"""How many tokens the draft proposes at each step: fixed, BASS's dynamic heuristic, or per sequence.
+"""How many tokens the draft proposes at each step: fixed, BASS's dynamic heuristic, per sequence, or cost-aware.
 
 A policy answers ``lengths(active)`` before a step (one draft length per active sequence) and
 hears ``update(active, proposed, accepted)`` after it. The loop may propose fewer tokens than
 asked near a sequence's budget (never past ``max_new_tokens``); ``proposed`` says what was used.
-Any object with these two methods can be passed as ``draft_length``.
+Any object with these two methods can be passed as ``draft_length``. A policy that also has
+``observe_costs(k, draft_seconds, verify_seconds)`` hears, after each step, how long that step's
+draft calls (k of them) and its verify call took.
+
+Every policy decides from the past only, so the output distribution does not depend on it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class FixedDraftLength:
 
     def __post_init__(self):
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"draft_length must be an int >= 1, 'dynamic', or a policy object; got {self.k!r}")
+            raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy "
+                             f"object; got {self.k!r}")
 
     def lengths(self, active):
         return [self.k] * len(active)
@@ -89,14 +94,109 @@ class PerSequenceDynamicDraftLength:
             self.states[b].update([b], [k], [n])
 
 
+@dataclass
+class DraftCosts:
+    """Seconds per step: one draft call, and one verify call as ``verify_base + verify_per_token * (k + 1)``."""
+
+    draft_call: float
+    verify_base: float
+    verify_per_token: float
+
+    def step(self, k: int) -> float:
+        return self.verify_base + self.verify_per_token * (k + 1) + k * self.draft_call
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E[tokens emitted by one sequence in a step] = (1 - alpha^(k+1)) / (1 - alpha) for per-token
+    acceptance alpha: the accepted prefix plus the one token the target adds (Leviathan et al. 2023, eq. 1)."""
+    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@dataclass
+class CostAwareDraftLength:
+    """``draft_length="auto"``: the k that maximises expected tokens per second.
+
+        k* = argmax_{1 <= k <= k_max}  sum_b E[tokens | alpha_b, k] / (cost_verify(k) + k * cost_draft)
+
+    alpha_b, sequence b's per-token acceptance, is the mean of a Beta(1, 1) posterior over what
+    it has done so far (each accepted draft token a success, each rejection a failure). The costs
+    are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the mean
+    seconds per draft call, and a least-squares line through the verify times seen at each k.
+    Until two draft lengths have been timed it tries k = 2, then k = 4.
+
+    Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
+    sequence of the batch and ignores what a step costs; this policy weighs every sequence's
+    acceptance and the measured price of a longer draft, so it stops growing k when the verify
+    call and the extra draft calls cost more than the extra tokens they are expected to bring.
+
+    With measured costs the chosen lengths depend on timings, so under sampling two runs with the
+    same seed can differ token by token (each is still exact in distribution); pass ``costs`` for
+    reproducible runs. Greedy decoding gives the same tokens whatever the lengths.
+    """
+
+    k_max: int = 8
+    costs: DraftCosts | None = None
+    successes: dict[int, int] = field(default_factory=dict)
+    failures: dict[int, int] = field(default_factory=dict)
+    draft_seconds: float = 0.0
+    draft_calls: int = 0
+    verify_times: dict[int, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if isinstance(self.k_max, bool) or not isinstance(self.k_max, int) or self.k_max < 1:
+            raise ValueError(f"k_max must be an int >= 1, got {self.k_max!r}")
+
+    def alpha(self, b: int) -> float:
+        s, f = self.successes.get(b, 0), self.failures.get(b, 0)
+        return (1 + s) / (2 + s + f)
+
+    def measured_costs(self) -> DraftCosts | None:
+        if len(self.verify_times) < 2 or not self.draft_calls:
+            return None
+        ks = sorted(self.verify_times)
+        xs = [k + 1.0 for k in ks]
+        ys = [sum(self.verify_times[k]) / len(self.verify_times[k]) for k in ks]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+        slope = max(slope, 0.0)  # a verify of more tokens never costs less
+        return DraftCosts(self.draft_seconds / self.draft_calls, mean_y - slope * mean_x, slope)
+
+    def choose(self, active: list[int]) -> int:
+        costs = self.costs or self.measured_costs()
+        if costs is None:  # not enough timings yet: try two lengths
+            return min(self.k_max, 2 if not self.verify_times else 4)
+        alphas = [self.alpha(b) for b in active]
+        return max(range(1, self.k_max + 1),
+                   key=lambda k: sum(expected_tokens(a, k) for a in alphas) / costs.step(k))
+
+    def lengths(self, active):
+        return [self.choose(active)] * len(active)
+
+    def update(self, active, proposed, accepted):
+        for b, k, n in zip(active, proposed, accepted):
+            if k > 0:
+                self.successes[b] = self.successes.get(b, 0) + n
+                self.failures[b] = self.failures.get(b, 0) + (n < k)
+
+    def observe_costs(self, k: int, draft_seconds: float, verify_seconds: float) -> None:
+        if k > 0:
+            self.draft_seconds += draft_seconds
+            self.draft_calls += k
+        self.verify_times.setdefault(k, []).append(verify_seconds)
+
+
 def make_policy(draft_length) -> DraftLengthPolicy:
-    """An int -> fixed, 'dynamic' -> BASS Algorithm 1, 'per-sequence' -> per-sequence Algorithm 1, else a policy."""
+    """An int -> fixed, 'dynamic' -> BASS Algorithm 1, 'per-sequence' -> per-sequence Algorithm 1,
+    'auto' -> cost-aware, else a policy object."""
     if isinstance(draft_length, str):
         if draft_length == "dynamic":
             return BassDynamicDraftLength()
         if draft_length == "per-sequence":
             return PerSequenceDynamicDraftLength()
-        raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence' or a policy; got {draft_length!r}")
+        if draft_length == "auto":
+            return CostAwareDraftLength()
+        raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy; "
+                         f"got {draft_length!r}")
     if hasattr(draft_length, "lengths") and hasattr(draft_length, "update"):
         return draft_length
     return FixedDraftLength(draft_length)

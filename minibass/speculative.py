@@ -180,7 +180,7 @@ class PhaseTimer:
     """
 
     def __init__(self, stats: GenerationStats):
-        self.stats = stats
+        self.stats, self.last = stats, {}  # last: the latest duration of each phase
 
     @contextmanager
     def __call__(self, phase: str):
@@ -191,7 +191,8 @@ class PhaseTimer:
         yield
         if cuda:
             torch.cuda.synchronize()
-        self.stats.time_split[phase] = self.stats.time_split.get(phase, 0.0) + time.perf_counter() - start
+        self.last[phase] = time.perf_counter() - start
+        self.stats.time_split[phase] = self.stats.time_split.get(phase, 0.0) + self.last[phase]
 
 
 def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
@@ -218,7 +219,9 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     """Batched speculative sampling: tokens distributed exactly as ``generate(target, ...)``.
 
     draft_length: an int (fixed), "dynamic" (BASS Algorithm 1, one length for the batch),
-    "per-sequence" (Algorithm 1 per sequence) or a policy object (see ``minibass.draft_length``).
+    "per-sequence" (Algorithm 1 per sequence), "auto" (cost-aware: the k that maximises expected
+    tokens per second from the acceptance and call costs seen so far) or a policy object (see
+    ``minibass.draft_length``).
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
     differently, so equal seeds do not give equal samples across the two functions.
     attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
@@ -249,7 +252,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         draft_lens[active] = torch.minimum(torch.tensor(asked), max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)[active])
         n = step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer)
         s.active &= (s.seq_lens - s.prompt_lens) < max_new_tokens
-        _record(stats, policy, active, draft_lens, n)
+        _record(stats, policy, active, draft_lens, n, timer.last)
 
     out = [s.history[b, s.prompt_lens[b]:s.seq_lens[b]].tolist() for b in range(batch)]
     stats.new_tokens = sum(len(o) for o in out)
@@ -257,7 +260,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     return GenerationResult(out, stats)
 
 
-def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tensor, n: Tensor):
+def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tensor, n: Tensor, seconds: dict):
     """Bookkeeping after a step: counts for the stats, and what the draft-length policy hears."""
     ks, accepted = draft_lens[active].tolist(), n[active].tolist()
     stats.steps += 1
@@ -274,3 +277,5 @@ def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tenso
     drafted = [i for i, k in enumerate(ks) if k > 0]  # sequences that proposed nothing do not take part
     if drafted:
         policy.update([active[i] for i in drafted], [ks[i] for i in drafted], [accepted[i] for i in drafted])
+    if hasattr(policy, "observe_costs"):  # a cost-aware policy hears what this step's calls took
+        policy.observe_costs(max(ks), seconds["draft"], seconds["verify"])

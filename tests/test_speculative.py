@@ -11,7 +11,7 @@ from scipy import stats
 
 import minibass
 from minibass import SamplingParams, TableLM, exact, speculative
-from minibass.draft_length import BassDynamicDraftLength, FixedDraftLength
+from minibass.draft_length import BassDynamicDraftLength, CostAwareDraftLength, DraftCosts, FixedDraftLength
 from minibass.generate import IDLE
 from minibass.speculative import Phases
 from minibass.model import Decoder, ModelConfig
@@ -49,7 +49,7 @@ def test_greedy_equals_generate(models, attention, draft_name):
     target, draft = models["target"], models[draft_name]
     ref = minibass.generate(target, PROMPTS, 10, sampling=GREEDY, attention="naive").tokens
     # The ragged kernel runs in Triton's interpreter here: one draft-length policy keeps it quick.
-    for draft_length in ([1, 3, "dynamic", "per-sequence"] if attention != "ragged" else ["dynamic"]):
+    for draft_length in ([1, 3, "dynamic", "per-sequence", "auto"] if attention != "ragged" else ["dynamic"]):
         result = minibass.speculative_generate(target, draft, PROMPTS, 10, sampling=GREEDY,
                                                draft_length=draft_length, attention=attention)
         assert result.tokens == ref, (draft_name, draft_length)
@@ -127,6 +127,7 @@ TABLE_CASES = [
     (SamplingParams(temperature=0.7, top_k=3), "dynamic"),
     (SamplingParams(temperature=1.3, top_p=0.8), 4),
     (SamplingParams(), "per-sequence"),
+    (SamplingParams(temperature=0.9), "auto"),
 ]
 
 
@@ -282,6 +283,41 @@ def test_a_sequence_that_proposed_nothing_does_not_decide_the_step():
     assert (policy.l_draft, policy.s) == (6, 1)  # Algorithm 1 on sequence 1 alone: max(1, 0, 7 - ceil(0.7) - 0)
     policy.update(active=[0], proposed=[0], accepted=[0])
     assert (policy.l_draft, policy.s) == (6, 1)  # nobody drafted: no update
+
+
+# alpha (every sequence), costs (draft call, verify base, verify per token) -> the k "auto" picks
+COST_AWARE_CHOICES = [
+    (0.3, DraftCosts(0.1, 1.0, 0.05), 1),  # drafts mostly rejected: the shortest draft
+    (0.6, DraftCosts(0.1, 1.0, 0.05), 2),
+    (0.9, DraftCosts(0.1, 1.0, 0.05), 8),  # cheap drafts, high acceptance: as long as allowed
+    (0.9, DraftCosts(0.5, 1.0, 0.05), 3),  # the same acceptance with drafts 5x dearer
+    (0.9, DraftCosts(0.05, 1.0, 0.5), 4),  # a verify that grows fast with its length
+]
+
+
+@pytest.mark.parametrize("alpha,costs,expected", COST_AWARE_CHOICES)
+def test_cost_aware_policy_maximises_expected_tokens_per_second(alpha, costs, expected):
+    s, f = round(alpha * 1000) - 1, round((1 - alpha) * 1000) - 1  # posterior mean (1 + s) / (2 + s + f) = alpha
+    policy = CostAwareDraftLength(k_max=8, costs=costs, successes={0: s, 1: s}, failures={0: f, 1: f})
+    assert policy.alpha(0) == pytest.approx(alpha)
+    assert policy.lengths([0, 1]) == [expected, expected]
+
+
+def test_cost_aware_policy_measures_costs_and_acceptance():
+    policy = CostAwareDraftLength()
+    assert policy.lengths([0]) == [2]  # nothing timed yet: try 2, then 4
+    policy.observe_costs(2, 0.2, 1.10)
+    assert policy.lengths([0]) == [4]
+    policy.observe_costs(4, 0.4, 1.20)
+    costs = policy.measured_costs()  # 0.1 s per draft call; verify = 0.95 + 0.05 * (k + 1)
+    assert costs.draft_call == pytest.approx(0.1) and costs.verify_per_token == pytest.approx(0.05)
+    assert costs.verify_base == pytest.approx(0.95)
+    policy.update([0], [4], [4])  # 4 accepted, no rejection
+    assert policy.alpha(0) == pytest.approx(5 / 6)
+    policy.update([0], [4], [1])  # 1 accepted, then a rejection
+    assert policy.alpha(0) == pytest.approx(6 / 8)
+    with pytest.raises(ValueError, match="k_max"):
+        CostAwareDraftLength(k_max=0)
 
 
 def test_same_seed_same_tokens(models):

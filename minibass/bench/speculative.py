@@ -124,7 +124,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    parser.add_argument("--draft-lengths", nargs="+", default=["2", "4", "6", "dynamic"])
+    parser.add_argument("--draft-lengths", nargs="+", default=["2", "4", "6", "dynamic", "auto"])
     parser.add_argument("--backends", nargs="+", default=None,
                         help="default: all but ragged on the CPU (interpreted there)")
     parser.add_argument("--new-tokens", type=int, default=32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 import torch
 
@@ -65,8 +66,48 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _call_costs(target, draft, batch: int, k: int, context: int = 48) -> dict:
+    """Measured now: a regular decode step, one draft call and one verify of k + 1 tokens, in ms."""
+    from minibass.bench.common import call_ms
+
+    return {"regular": call_ms(target, batch, context, 1), "draft": call_ms(draft, batch, context, 1),
+            "verify": call_ms(target, batch, context, k + 1)}
+
+
+def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
+    """One paragraph: why speculative decoding pays (or not) here, and where it would stop paying."""
+    import minibass.draft_length as dl
+
+    fixed = next(r for r in rows if r["policy"] == str(k))
+    # The per-token acceptance alpha whose expected accepted prefix, alpha (1 - alpha^k) / (1 - alpha),
+    # is the mean measured with this fixed k (by bisection: the prefix grows with alpha).
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        alpha = (low + high) / 2
+        low, high = (alpha, high) if dl.expected_tokens(alpha, k) - 1 < fixed["mean_accepted"] else (low, alpha)
+    tokens = dl.expected_tokens(alpha, k)
+
+    def predicted(c):
+        return tokens * c["regular"] / (c["verify"] + k * c["draft"])
+
+    c = costs_by_batch[batch]
+    lines = [f"Reading: with k = {k}, each step emits {tokens:.2f} tokens per sequence on average "
+             f"(per-token acceptance {alpha:.2f}) and costs one verify ({c['verify'] / c['regular']:.2f} regular steps) "
+             f"plus {k} draft calls ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
+             f"{(c['verify'] + k * c['draft']) / c['regular']:.2f} = {predicted(c):.2f}x predicted, "
+             f"{fixed['speedup']:.2f}x measured."]
+    stops = [b for b, cb in sorted(costs_by_batch.items()) if predicted(cb) < 1.0]
+    trend = ", ".join(f"batch {b}: {predicted(cb):.2f}x" for b, cb in sorted(costs_by_batch.items()))
+    lines.append(f"From the call costs measured at other batch sizes ({trend}), "
+                 + (f"speculative decoding stops paying on this device from batch {stops[0]} on: "
+                    f"a verify of {k + 1} tokens per sequence then costs nearly {k + 1} regular steps, "
+                    f"because the target stops being bound by per-call overhead and memory."
+                    if stops else "it pays at every batch size measured here."))
+    return " ".join(lines)
+
+
 def demo(args) -> int:
-    """Regular batched decoding vs batched speculative decoding with each attention backend."""
+    """Regular batched decoding vs batched speculative decoding with a fixed k, BASS dynamic and auto."""
     from tqdm import tqdm
 
     import minibass
@@ -76,60 +117,62 @@ def demo(args) -> int:
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
     texts = zoo.demo_prompts(args.batch_size)
-    if len(texts) < args.batch_size:
-        texts = (texts * args.batch_size)[:args.batch_size]
+    texts = (texts * args.batch_size)[:args.batch_size]
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    sampling = _sampling(args)
-    backends = args.backends or [b for b in minibass.BACKENDS if args.device != "cpu" or b != "ragged"]
-    regular = args.regular_attention or minibass.attention.default_backend(args.device)
+    backend = args.attention or minibass.attention.default_backend(args.device)
+    policies = [_draft_length(p) for p in args.draft_lengths]
+    k = next((p for p in policies if isinstance(p, int)), 4)
+    greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
-          f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new tokens, "
-          f"{sampling}, draft length {args.draft_length}, device {args.device}")
-    if args.device == "cpu" and "ragged" not in backends:
-        print("(the ragged Triton kernel runs in Triton's interpreter on a CPU, correct but slow: "
-              "add it with --backends ragged)")
-    common = dict(sampling=sampling, seed=args.seed, eos_token_id=None)
-    minibass.generate(target, prompts[:1], 2, attention=backends[0], **common)  # warm-up
-    jobs = [("regular", None)] + [("speculative", b) for b in backends]
+          f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new greedy tokens, "
+          f"attention {backend!r}, device {args.device}")
+    common = dict(seed=args.seed, attention=backend)
+    minibass.generate(target, prompts[:1], 2, **common)  # warm-up
+    minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=k, **common)
+    jobs = [("regular", None)] + [("speculative", p) for p in policies]
     results = {}
-    for kind, backend in tqdm(jobs, desc="decoding", leave=False):
+    for kind, policy in tqdm(jobs, desc="decoding", leave=False):
         if kind == "regular":
-            results["regular"] = minibass.generate(target, prompts, args.max_new_tokens,
-                                                   attention=regular, **common)
+            results["regular"] = minibass.generate(target, prompts, args.max_new_tokens, sampling=greedy, **common)
         else:
-            results[backend] = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
-                                                             draft_length=_draft_length(args.draft_length),
-                                                             attention=backend, **common)
+            results[str(policy)] = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
+                                                                 sampling=greedy, draft_length=policy, **common)
     base = results["regular"].stats
     rows = []
     for name, result in results.items():
         s = result.stats
         lengths = s.draft_lengths
         rows.append({
-            "method": f"regular generate ({regular})" if name == "regular" else f"speculative ({name})",
-            "tok_s": f"{s.tokens_per_second:.1f}",
-            "speedup": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
+            "policy": name, "mean_accepted": s.mean_accepted,
+            "speedup": s.tokens_per_second / base.tokens_per_second,
+            "method": "regular generate" if name == "regular" else f"speculative, k = {name}",
+            "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
-            "per_call": f"{s.tokens_per_target_call:.2f}",
+            "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
             "calls": s.target_calls,
-            "draft": "-" if not lengths else f"{lengths[0]}..{lengths[-1]} (mean {sum(lengths) / len(lengths):.1f})",
+            "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",
         })
-    print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("speedup", "speed-up"),
-                        ("accept", "acceptance"), ("per_call", "tokens/target call"), ("calls", "target calls"),
-                        ("draft", "draft lengths")]))
-    shown = 0
-    print(f"\n--- completion 1 (prompt, then {args.max_new_tokens} new tokens) ---")
-    print(texts[shown] + tokenizer.decode(results[backends[0]].tokens[shown]))
+    print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
+                        ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))
+    batches = sorted({1, 4, len(prompts), 16, 32})
+    costs = {b: _call_costs(target, draft, b, k) for b in batches}
+    c = costs[len(prompts)]
+    print(f"\nmeasured now at batch {len(prompts)}: one regular step {c['regular']:.2f} ms; one draft call "
+          f"{c['draft']:.2f} ms = {c['draft'] / c['regular']:.2f} regular steps; one verify of {k + 1} tokens "
+          f"{c['verify']:.2f} ms = {c['verify'] / c['regular']:.2f} regular steps")
+    print(textwrap.fill(_reading(rows, costs, len(prompts), k), width=100))
+
+    sampled = minibass.speculative_generate(target, draft, prompts[:1], args.max_new_tokens, draft_length="auto",
+                                            sampling=minibass.SamplingParams(temperature=0.8), **common)
+    print(f"\n--- a completion sampled at temperature 0.8 (speculative, auto), prompt then "
+          f"{args.max_new_tokens} new tokens ---")
+    print(texts[0] + tokenizer.decode(sampled.tokens[0]))
     print("---")
-    if sampling.greedy:
-        same = all(results[b].tokens == results["regular"].tokens for b in backends)
-        print(f"greedy check: speculative output {'==' if same else '!='} regular output for all "
-              f"{len(prompts)} prompts and {len(backends)} backends: {'OK' if same else 'MISMATCH'}")
-        return 0 if same else 1
-    print(f"sampled at temperature {sampling.temperature}: outputs differ sample by sample; speculative decoding "
-          f"is exact in distribution (see tests/test_speculative.py)")
-    return 0
+    same = all(results[str(p)].tokens == results["regular"].tokens for p in policies)
+    print(f"greedy check: speculative output {'==' if same else '!='} regular output for all {len(prompts)} prompts "
+          f"and {len(policies)} draft-length policies: {'OK' if same else 'MISMATCH'}")
+    return 0 if same else 1
 
 
 def generate(args) -> int:
@@ -173,11 +216,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", help="target checkpoint folder (default: the shipped demo pair)")
         p.add_argument("--draft", help="draft checkpoint folder sharing the target's tokenizer")
         p.add_argument("--max-new-tokens", type=int, default=default_tokens)
-        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-        p.add_argument("--top-k", type=int, default=0)
-        p.add_argument("--top-p", type=float, default=1.0)
-        p.add_argument("--draft-length", default="dynamic",
-                       help="an int, 'dynamic' (BASS Algorithm 1), 'per-sequence' or 'auto' (cost-aware)")
         p.add_argument("--device", default="cpu", help="cpu or cuda")
         p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
         p.add_argument("--seed", type=int, default=0)
@@ -185,14 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="regular vs batched speculative decoding on the shipped pair")
     common(p, default_tokens=48)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--backends", nargs="+", choices=backends,
-                   help="attention backends for the speculative runs (default: all; on a CPU all but ragged)")
-    p.add_argument("--regular-attention", default=None, choices=backends,
-                   help="backend for the regular baseline (default: the device's default backend)")
+    p.add_argument("--draft-lengths", nargs="+", default=["4", "dynamic", "auto"],
+                   help="draft-length policies to compare (default: 4 dynamic auto)")
+    p.add_argument("--attention", default=None, choices=backends,
+                   help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
     common(p, default_tokens=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--draft-length", default="dynamic",
+                   help="an int, 'dynamic' (BASS Algorithm 1), 'per-sequence' or 'auto' (cost-aware)")
     p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")

@@ -14,28 +14,10 @@ step cost in target decode steps).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-
-import torch
 
 import minibass
-from minibass.bench.common import random_llama
-
-
-def step_ms(model, batch: int, context: int, new: int, reps: int = 15) -> float:
-    """Median milliseconds of one forward of ``new`` tokens per sequence after ``context`` cached ones."""
-    cache = model.init_cache(batch, context + new)
-    model.forward(torch.randint(0, model.vocab_size, (batch * context,)), torch.full((batch,), context), cache)
-    tokens, q_lens, lengths = torch.randint(0, model.vocab_size, (batch * new,)), torch.full((batch,), new), cache.lengths
-    times = []
-    for _ in range(reps + 3):
-        start = time.perf_counter()
-        model.forward(tokens, q_lens, cache)
-        times.append(time.perf_counter() - start)
-        cache.truncate(lengths)
-    return 1e3 * statistics.median(times[3:])
+from minibass.bench.common import call_ms, random_llama
 
 
 def main(argv=None):
@@ -59,12 +41,12 @@ def main(argv=None):
             shapes[spec] = (model, params)
     k, alpha = args.k, args.alpha
     tokens_per_step = (1 - alpha ** (k + 1)) / (1 - alpha)
-    drafts = {d: step_ms(shapes[d][0], args.batch, args.context, 1) for d in args.drafts}
+    drafts = {d: call_ms(shapes[d][0], args.batch, args.context, 1) for d in args.drafts}
     print(f"batch {args.batch}, context {args.context}, k = {k}, alpha = {alpha} "
           f"({tokens_per_step:.2f} expected tokens per step); times are medians in ms")
     for t in args.targets:
         model, params = shapes[t]
-        decode, verify = step_ms(model, args.batch, args.context, 1), step_ms(model, args.batch, args.context, k + 1)
+        decode, verify = call_ms(model, args.batch, args.context, 1), call_ms(model, args.batch, args.context, k + 1)
         for d, draft_ms in drafts.items():
             step = verify + k * draft_ms
             print(f"target {t} ({params / 1e6:.1f} M): decode {decode:.2f}, verify {verify:.2f} ({verify / decode:.2f}x)"

@@ -79,6 +79,21 @@ def forward_clock(*models, device: str):
             del model.forward  # back to the class's method
 
 
+def call_ms(model, batch: int, context: int, new: int, *, reps: int = 15) -> float:
+    """Median milliseconds of one forward call of ``new`` tokens per sequence, for ``batch``
+    sequences with ``context`` tokens cached (after warm-up calls; the cache is rolled back each time)."""
+    cache = model.init_cache(batch, context + new)
+    model.forward(torch.randint(0, model.vocab_size, (batch * context,)), torch.full((batch,), context), cache)
+    tokens, q_lens, lengths = torch.randint(0, model.vocab_size, (batch * new,)), torch.full((batch,), new), cache.lengths
+    times = []
+    for _ in range(reps + 3):
+        start = time.perf_counter()
+        model.forward(tokens, q_lens, cache)
+        times.append(time.perf_counter() - start)
+        cache.truncate(lengths)
+    return 1e3 * sorted(times[3:])[reps // 2]
+
+
 def write_json(path: str | Path, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

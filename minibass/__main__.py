@@ -78,7 +78,9 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     """One paragraph: why speculative decoding pays (or not) here, and where it would stop paying."""
     import minibass.draft_length as dl
 
-    fixed = next(r for r in rows if r["policy"] == str(k))
+    fixed = next((r for r in rows if r["policy"] == str(k)), None)
+    if fixed is None:
+        return "(give a fixed draft length in --draft-lengths for a reading of the table)"
     # The per-token acceptance alpha whose expected accepted prefix, alpha (1 - alpha^k) / (1 - alpha),
     # is the mean measured with this fixed k (by bisection: the prefix grows with alpha).
     low, high = 0.0, 1.0
@@ -98,11 +100,14 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
              f"{fixed['speedup']:.2f}x measured."]
     stops = [b for b, cb in sorted(costs_by_batch.items()) if predicted(cb) < 1.0]
     trend = ", ".join(f"batch {b}: {predicted(cb):.2f}x" for b, cb in sorted(costs_by_batch.items()))
-    lines.append(f"From the call costs measured at other batch sizes ({trend}), "
-                 + (f"speculative decoding stops paying on this device from batch {stops[0]} on: "
-                    f"a verify of {k + 1} tokens per sequence then costs nearly {k + 1} regular steps, "
-                    f"because the target stops being bound by per-call overhead and memory."
-                    if stops else "it pays at every batch size measured here."))
+    if stops:
+        s = costs_by_batch[stops[0]]
+        end = (f"speculative decoding stops paying on this device from batch {stops[0]} on: there a verify of "
+               f"{k + 1} tokens per sequence costs {s['verify'] / s['regular']:.2f} regular steps and a draft call "
+               f"{s['draft'] / s['regular']:.2f}.")
+    else:
+        end = "it pays at every batch size measured here."
+    lines.append(f"Predicted from the call costs measured at other batch sizes ({trend}), {end}")
     return " ".join(lines)
 
 

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from .draft_length import make_policy
-from .generate import IDLE, GenerationResult, GenerationStats, check_request
+from .generate import IDLE, GenerationResult, GenerationStats, check_request, last_logits
 from .rejection import accept_and_resample
 from .sampling import SamplingParams, SeedStreams, probs, sample
 
@@ -71,7 +71,7 @@ def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Ten
             tokens, q_lens = drafts[rows, i - 1], (draft_lens > i).long()
         logits = draft.forward(tokens, q_lens, cache, attention=attention)  # (N, V)
         if len(logits) != len(rows):  # else every drafting sequence was fed one token: logits are its rows already
-            logits = logits[(q_lens.cumsum(0) - 1)[rows].to(logits.device)]  # (R, V) at each sequence's last token
+            logits = last_logits(logits, q_lens[rows].to(logits.device))  # (R, V): non-drafting rows fed nothing
         x, q_i = sample(logits, sampling, streams, rows)  # (R,), (R, V)
         if q is None:
             q = q_i.new_zeros(batch, kmax, q_i.shape[-1])  # (B, kmax, V)

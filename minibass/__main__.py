@@ -2,6 +2,7 @@
 
     python -m minibass demo       regular vs batched speculative decoding on the shipped demo pair
     python -m minibass generate   decode prompts given as text with any local target (and draft) folders
+    python -m minibass oracle     check another engine's attention kernel, rejection sampler or generator
 
 ``--help`` after a command lists its options.
 """
@@ -118,6 +119,8 @@ def demo(args) -> int:
     import minibass
     from minibass import zoo
 
+    if args.repeats < 1 or args.batch_size < 1:
+        raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
@@ -131,18 +134,21 @@ def demo(args) -> int:
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new greedy tokens, "
-          f"attention {backend!r}, device {args.device}")
+          f"attention {backend!r}, device {args.device}; median of {args.repeats} runs each")
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=k, **common)
     jobs = [("regular", None)] + [("speculative", p) for p in policies]
-    results = {}
-    for kind, policy in tqdm(jobs, desc="decoding", leave=False):
+    runs = {}  # every job once per repeat, in turn, so a slow spell of the machine hits them all alike
+    for _, (kind, policy) in tqdm([(r, job) for r in range(args.repeats) for job in jobs], desc="decoding",
+                                  leave=False):
         if kind == "regular":
-            results["regular"] = minibass.generate(target, prompts, args.max_new_tokens, sampling=greedy, **common)
+            result = minibass.generate(target, prompts, args.max_new_tokens, sampling=greedy, **common)
         else:
-            results[str(policy)] = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
-                                                                 sampling=greedy, draft_length=policy, **common)
+            result = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens, sampling=greedy,
+                                                   draft_length=policy, **common)
+        runs.setdefault("regular" if kind == "regular" else str(policy), []).append(result)
+    results = {name: sorted(rs, key=lambda r: r.stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
     base = results["regular"].stats
     rows = []
     for name, result in results.items():
@@ -232,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft-length policies to compare (default: 4 dynamic auto)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each method, the median is shown (default 3)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
@@ -247,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-eos", action="store_true", help="always produce --max-new-tokens tokens")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=generate)
+
+    from minibass.oracle.cli import add_parser
+
+    add_parser(sub)
     return parser
 
 

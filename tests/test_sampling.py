@@ -1,15 +1,16 @@
-"""SamplingParams, probs() and the sampler: properties, and a chi-square test with demonstrated power."""
+"""SamplingParams, probs() and the sampler: properties, and a G-test (the oracle's) with demonstrated power."""
 
 from __future__ import annotations
 
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
-from scipy import stats
 
 import minibass
+from minibass.oracle import stats
 from minibass.sampling import SamplingParams, probs, sample_from
 from conftest import hf_tiny
 
@@ -81,7 +82,7 @@ def test_sample_from_never_returns_a_zero_probability_token(weights, u):
     assert p[token] > 0
 
 
-# --- the sampler against the exact distribution of two tokens, by chi-square ----------------------
+# --- the sampler against the exact distribution of two tokens, by a G-test ----------------------
 
 PROMPT = [3, 1, 4]
 
@@ -110,21 +111,9 @@ def exact_two_token_distribution(model, prompt, params):
     return torch.stack([p1[a] * next_probs(prompt + [a]) for a in range(vocab)]).numpy()
 
 
-def chi_square_pvalue(observed_pairs, exact, min_expected=5.0):
-    """Pearson chi-square of observed (t1, t2) pairs against the exact joint; cells with small expectation pooled."""
-    n = len(observed_pairs)
-    counts = np.zeros_like(exact)
-    for a, b in observed_pairs:
-        counts[a, b] += 1
-    expected, observed = (exact * n).ravel(), counts.ravel()
-    if observed[expected == 0].sum() > 0:
-        return 0.0  # a sample landed where the exact probability is 0: certainly wrong
-    big = expected >= min_expected
-    exp_cells = np.append(expected[big], expected[~big].sum())
-    obs_cells = np.append(observed[big], observed[~big].sum())
-    if exp_cells[-1] == 0:
-        exp_cells, obs_cells = exp_cells[:-1], obs_cells[:-1]
-    return stats.chisquare(obs_cells, exp_cells).pvalue
+def g_test_pvalue(observed_pairs, exact):
+    """G-test of observed (t1, t2) pairs against the exact joint [V, V] (the oracle's, small cells pooled)."""
+    return stats.g_test(Counter(observed_pairs), stats.table_events(torch.as_tensor(exact))).pvalue
 
 
 N_SAMPLES = 3000
@@ -142,15 +131,15 @@ PARAMS = [SamplingParams(temperature=0.7), SamplingParams(temperature=1.3, top_k
 @pytest.mark.parametrize("params", PARAMS, ids=str)
 def test_sampler_matches_exact_two_token_distribution(tiny_vocab_model, params):
     exact = exact_two_token_distribution(tiny_vocab_model, PROMPT, params)
-    pvalue = chi_square_pvalue(sampled_pairs(tiny_vocab_model, params, seed=11), exact)
+    pvalue = g_test_pvalue(sampled_pairs(tiny_vocab_model, params, seed=11), exact)
     assert pvalue > ALPHA, f"p-value {pvalue:.2e}"
 
 
 @pytest.mark.parametrize("params", PARAMS, ids=str)
-def test_chi_square_catches_a_sampler_that_ignores_the_warping(tiny_vocab_model, params):
+def test_the_g_test_catches_a_sampler_that_ignores_the_warping(tiny_vocab_model, params):
     """Power: the same test, fed samples drawn at plain temperature 1, must reject."""
     exact = exact_two_token_distribution(tiny_vocab_model, PROMPT, params)
-    pvalue = chi_square_pvalue(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11), exact)
+    pvalue = g_test_pvalue(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11), exact)
     print(f"broken sampler ({params} ignored): p = {pvalue:.2e}")
     assert pvalue < ALPHA
 

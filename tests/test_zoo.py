@@ -95,7 +95,8 @@ def test_training_resumes_exactly_where_it_stopped(tmp_path):
 def test_demo_prompts_are_shipped_data_and_the_runtime_never_imports_training_code():
     script = (
         "import runpy, sys\n"
-        "sys.argv = ['minibass', 'demo', '--max-new-tokens', '3', '--batch-size', '2', '--draft-lengths', '2']\n"
+        "sys.argv = ['minibass', 'demo', '--max-new-tokens', '3', '--batch-size', '2', '--draft-lengths', '2',\n"
+        "            '--repeats', '1']\n"
         "try:\n"
         "    runpy.run_module('minibass', run_name='__main__')\n"
         "except SystemExit as exit:\n"
@@ -114,7 +115,7 @@ def run_cli(*args):
 
 
 def test_demo_end_to_end():
-    result = run_cli("demo", "--batch-size", "2", "--max-new-tokens", "6", "--attention", "split",
+    result = run_cli("demo", "--batch-size", "2", "--max-new-tokens", "6", "--repeats", "2", "--attention", "split",
                      "--draft-lengths", "2", "auto")
     assert result.returncode == 0, result.stderr
     for text in ("speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "temperature 0.8",

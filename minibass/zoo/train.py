@@ -107,8 +107,11 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
 
 
 def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, loss_fn, desc: str,
-        checkpoint: Path, deadline: float | None) -> bool:
+        checkpoint: Path, deadline: float | None, monitor=None) -> bool:
     """AdamW with a cosine schedule for ``steps`` steps; returns True when done.
+
+    ``monitor()`` (optional) is called every 200 steps and its value printed: a curve to watch, never
+    used to choose anything (the schedule and the step count are fixed in advance).
 
     Saves model, optimizer, step and the data generator's state to ``checkpoint`` every 50 steps,
     at the end, and when ``deadline`` (a time.time()) passes, then returns False: rerun with
@@ -140,6 +143,10 @@ def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, los
         opt.step()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if monitor is not None and (step + 1) % 200 == 0:
+            model.eval()
+            print(f"{desc} step {step + 1}: held-out {monitor(model):.3f}", flush=True)
+            model.train()
         if (step + 1) % 50 == 0 or step + 1 == steps or (deadline is not None and time.time() > deadline):
             save(step + 1, seconds + time.time() - began)
             if deadline is not None and time.time() > deadline and step + 1 < steps:
@@ -255,6 +262,8 @@ def main(argv=None):
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-lr", type=float, default=3e-3, help="peak learning rate of the target")
+    parser.add_argument("--draft-lr", type=float, default=3e-3, help="peak learning rate of the draft")
     parser.add_argument("--target-shape", default="4x256", help="LAYERSxHIDDEN of the target (default 4x256)")
     parser.add_argument("--draft-shape", default="2x128", help="LAYERSxHIDDEN of the draft (default 2x128)")
     parser.add_argument("--max-minutes", type=float, default=None,
@@ -298,8 +307,11 @@ def main(argv=None):
         logits = target(x[:, :-1]).logits
         return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
 
-    if not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, 3e-3, lm_loss,
-               "target", tmp / "target.pt", deadline):
+    def watch(model):  # the held-out loss on a few windows, printed as training goes
+        return held_out_loss(model, held_stream, args.seq_len, max_windows=16)
+
+    if not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.target_lr,
+               lm_loss, "target", tmp / "target.pt", deadline, None if args.fast else watch):
         return
 
     def kd_loss(x):
@@ -309,15 +321,15 @@ def main(argv=None):
         return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
                                           log_target=True, reduction="batchmean")  # KL(target || draft)
 
-    if not fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, 3e-3, kd_loss,
-               "draft", tmp / "draft.pt", deadline):
+    if not fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.draft_lr,
+               kd_loss, "draft", tmp / "draft.pt", deadline):
         return
     target_minutes, draft_minutes = minutes_spent(tmp / "target.pt"), minutes_spent(tmp / "draft.pt")
 
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
     common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
                   train_tokens=len(train_stream), held_tokens=len(held_stream), batch=args.batch,
-                  seq_len=args.seq_len, lr=3e-3, seed=args.seed, vocab=vocab,
+                  seq_len=args.seq_len, lr={"target": args.target_lr, "draft": args.draft_lr}, seed=args.seed, vocab=vocab,
                   device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(sys.argv[1:] if argv is None else argv),
                   date=time.strftime("%Y-%m-%d"))
     folders = {"target": out / "target", "draft": out / "draft"}
@@ -336,7 +348,8 @@ def main(argv=None):
                                  steps=args.target_steps if name == "target" else args.draft_steps,
                                  minutes=target_minutes if name == "target" else draft_minutes,
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
-                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()), **common)
+                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()),
+                                 **{**common, "lr": common["lr"][name]})
         (folders[name] / "README.md").write_text(card)
     metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": {"target": target_minutes, "draft": draft_minutes},
                **common}

@@ -1,0 +1,158 @@
+"""``check_attention``: another engine's ragged attention against minibass's float64 specification.
+
+The function under test has the signature of ``minibass.attention.BACKENDS[name]``
+(contract section 1): ``fn(q, k_cache, v_cache, q_lens, kv_lens) -> out``, with
+q ``[total_q, H, D]``, caches ``[B, Hk, capacity, D]`` and out ``[total_q, H, D]``.
+
+Every case is a ragged batch whose cache slots at or beyond ``kv_lens`` hold NaN and inf (they
+are stale by contract and must not reach the output). A fixed grid covers the shapes that
+break kernels (idle sequences, prefill with ``q_len == kv_len``, single-token decode, one long
+sequence next to short ones, MHA / GQA / MQA, odd head dims); seeded random cases fill the
+rest. The reference is ``naive`` run in float64 on the same inputs; the tolerance per dtype is
+in ``ATOL`` (the error of rounding once to the output dtype, plus summation order).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..attention import naive
+from .verdict import Verdict
+
+# Max abs error allowed against the float64 reference, per input dtype: outputs are rounded once
+# to the output dtype (bf16 keeps 8 bits of mantissa, fp16 11, fp32 24) and sums may run in any order.
+ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One ragged batch: per-sequence new-token and cache lengths, heads, head dim, seed."""
+
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    seed: int = 0
+    label: str = "random"
+
+    @property
+    def size(self) -> int:
+        """Work in (query, key, head, dim) units: the 'smallest failing case' is the least of these."""
+        return sum(q * kv for q, kv in zip(self.q_lens, self.kv_lens)) * self.n_heads * self.head_dim + \
+            sum(self.kv_lens)
+
+    def tensors(self, dtype=torch.float32, device=None):
+        """(q, k_cache, v_cache, q_lens, kv_lens), stale slots poisoned with NaN (K) and inf (V)."""
+        g = torch.Generator().manual_seed(self.seed)
+        batch, capacity = len(self.q_lens), max(self.kv_lens) + 5
+        q = torch.randn(sum(self.q_lens), self.n_heads, self.head_dim, generator=g)
+        k = torch.randn(batch, self.n_kv_heads, capacity, self.head_dim, generator=g)
+        v = torch.randn(batch, self.n_kv_heads, capacity, self.head_dim, generator=g)
+        for b, n in enumerate(self.kv_lens):
+            k[b, :, n:], v[b, :, n:] = float("nan"), float("inf")
+        lens = torch.tensor(self.q_lens), torch.tensor(self.kv_lens)
+        return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v)) + tuple(t.to(device) for t in lens)
+
+    def __str__(self) -> str:
+        return (f"{self.label}: q_lens={list(self.q_lens)}, kv_lens={list(self.kv_lens)}, "
+                f"heads={self.n_heads}/{self.n_kv_heads} (q/kv), head_dim={self.head_dim}")
+
+
+GRID = [  # (label, q_lens, kv_lens)
+    ("single-token decode", (1,), (1,)),
+    ("decode, odd lengths", (1, 1, 1, 1, 1), (5, 64, 65, 130, 7)),
+    ("prefill q_len == kv_len", (9, 17), (9, 17)),
+    ("idle sequences", (0, 3, 0, 2), (12, 9, 1, 40)),
+    ("one long next to short", (2, 2, 2, 2), (300, 3, 4, 2)),
+    ("equal lengths (nothing ragged)", (4, 4, 4), (33, 33, 33)),
+    ("verify k + 1 tokens, ragged", (5, 3, 1, 5), (20, 41, 7, 5)),
+]
+HEADS = [(4, 4), (4, 2), (4, 1), (6, 3)]  # MHA, GQA, MQA, odd group count
+HEAD_DIMS = [16, 64, 59, 128]
+
+
+def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
+    """The grid (every shape with MHA, GQA and MQA and one odd head dim), then seeded random cases."""
+    cases = []
+    for i, (label, q_lens, kv_lens) in enumerate(GRID):
+        for j, (h, hk) in enumerate(HEADS[:3]):
+            cases.append(AttentionCase(q_lens, kv_lens, h, hk, (64, 59, 16)[j], seed + 1000 * i + j, label))
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(lo, hi):  # an integer in [lo, hi]
+        return int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+    while len(cases) < n:
+        batch = draw(1, 8)
+        kv_lens = [draw(1, 160) for _ in range(batch)]
+        q_lens = [draw(0, min(8, kv)) for kv in kv_lens]
+        if draw(0, 3) == 0:  # one sequence prefilling its whole cache
+            b = draw(0, batch - 1)
+            kv_lens[b] = q_lens[b] = draw(1, 24)
+        h, hk = HEADS[draw(0, len(HEADS) - 1)]
+        cases.append(AttentionCase(tuple(q_lens), tuple(kv_lens), h, hk, HEAD_DIMS[draw(0, len(HEAD_DIMS) - 1)],
+                                   seed + len(cases)))
+    return cases[:n]
+
+
+def reference(q, k, v, q_lens, kv_lens) -> torch.Tensor:
+    """The specification in float64 on the CPU."""
+    return naive(*(t.detach().cpu().double() for t in (q, k, v)), q_lens.cpu(), kv_lens.cpu())
+
+
+def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
+    """(max abs error, problem in words or ''); an exception or bad output is an infinite error."""
+    q, k, v, q_lens, kv_lens = case.tensors(dtype, device)
+    expected = reference(q, k, v, q_lens, kv_lens)
+    try:
+        out = fn(q, k, v, q_lens, kv_lens)
+    except Exception as e:  # the engine raised on a valid input
+        return float("inf"), f"raised {type(e).__name__}: {e}"
+    if not torch.is_tensor(out) or tuple(out.shape) != tuple(q.shape):
+        return float("inf"), f"returned shape {getattr(out, 'shape', type(out))}, expected {tuple(q.shape)}"
+    if out.dtype != q.dtype:
+        return float("inf"), f"returned dtype {out.dtype}, expected {q.dtype}"
+    out = out.detach().cpu().double()
+    if not torch.isfinite(out).all():
+        where = torch.nonzero(~torch.isfinite(out))[0].tolist()
+        return float("inf"), f"non-finite output at (query, head, dim) = {tuple(where)}: a stale slot leaked in?"
+    if not out.numel():
+        return 0.0, ""
+    diff = (out - expected).abs()
+    err = float(diff.max())
+    row, head, _ = torch.nonzero(diff == err)[0].tolist()
+    seq = int(torch.searchsorted(torch.cumsum(q_lens.cpu(), 0), torch.tensor(row), right=True))
+    start = int(q_lens[:seq].sum())
+    position = int(kv_lens[seq]) - int(q_lens[seq]) + row - start
+    return err, f"max error {err:.3g} at sequence {seq}, query {row - start} (position {position}), head {head}"
+
+
+def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 200, seed: int = 0,
+                    name: str | None = None) -> Verdict:
+    """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype.
+
+    One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
+    row names the smallest failing case (least work), with the position of its largest error.
+    """
+    started = time.perf_counter()
+    verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
+    all_cases = sorted(attention_cases(cases, seed), key=lambda c: c.size)
+    for dtype in dtypes:
+        if dtype not in ATOL:
+            raise ValueError(f"dtypes must be among {sorted(map(str, ATOL))}, got {dtype}")
+        worst, failing = 0.0, None
+        for case in all_cases:
+            err, problem = _run_case(fn, case, dtype, device)
+            worst = max(worst, err)
+            if err > ATOL[dtype] and failing is None:  # cases are sorted: the first is the smallest
+                failing = f"{case}; {problem}"
+        verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
+                    f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
+                    detail=failing or "")
+    verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
+    verdict.seconds = time.perf_counter() - started
+    return verdict

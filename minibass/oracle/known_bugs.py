@@ -1,0 +1,205 @@
+"""A gallery of broken rejection samplers and attention backends, each a bug class real engines shipped.
+
+Every sampler here has ``rejection_sample``'s signature
+``(draft_tokens [B, k], draft_probs [B, k, V], target_probs [B, k+1, V], *, generator) ->
+(num_accepted [B], next_tokens [B])`` and is wrong in exactly one way; ``check_sampler`` must
+fail each of them (``tests/test_oracle.py`` checks that it does, and the course shows their
+statistics). ``UNIFORM_SAMPLERS`` take their uniforms (``accept_and_resample``'s signature) and
+hold a bug that only a given-uniforms probe sees. ``ATTENTION`` holds broken attention backends
+that ``check_attention`` must fail.
+
+They all start from the same textbook step (``_textbook``), written as plainly as possible:
+
+    accept x_i  iff  u_i * q_i(x_i) < p_i(x_i)       for i = 1.. until the first rejection
+    y ~ norm(max(0, p_{n+1} - q_{n+1}))  after a rejection,   y ~ p_{k+1}  after k acceptances
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..attention import naive
+from ..sampling import sample_from
+
+# The oracle's "temperature" setup warps both sides at this temperature; the two pipeline bugs
+# below undo it on one side, which is what an engine that forgets the warping there computes.
+SETUP_TEMPERATURE = 0.6
+
+
+def _textbook(tokens: Tensor, q: Tensor, p: Tensor, u: Tensor, *, count=None, residual=None, bonus_row=None,
+              next_uniform=None) -> tuple[Tensor, Tensor]:
+    """The correct step with one part replaceable; q [B, k, V], p [B, k+1, V], u [B, k+1] (float64)."""
+    batch, k = tokens.shape
+    p_x = p[:, :k].gather(-1, tokens[..., None]).squeeze(-1)  # (B, k)
+    q_x = q.gather(-1, tokens[..., None]).squeeze(-1)  # (B, k)
+    accepted = u[:, :k] * q_x < p_x
+    n = count(accepted) if count else accepted.long().cumprod(-1).sum(-1)  # (B,)
+    rows = torch.arange(batch)
+    p_n = p[rows, n] if bonus_row is None else bonus_row(p, n)  # (B, V)
+    q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1)[rows, n]  # zero after k acceptances
+    r = (p_n - q_n).clamp_min(0) if residual is None else residual(p_n, q_n)
+    r = torch.where(r.sum(-1, keepdim=True) > 0, r, p_n)
+    u_next = u[:, k] if next_uniform is None else next_uniform(u, n)
+    return n, sample_from(r, u_next)
+
+
+def _inputs(draft_probs, target_probs, generator, k):
+    u = torch.rand(draft_probs.shape[0], k + 1, generator=generator, dtype=torch.float64)
+    return draft_probs.double(), target_probs.double(), u
+
+
+def residual_not_normalised(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Wrong residual: the inverse CDF of max(0, p - q) is read without dividing by its total, so a
+    uniform beyond the residual's mass falls on the last token (the class of vLLM PR #2336, whose
+    residual was clamped rather than renormalised)."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    n, _ = _textbook(draft_tokens, q, p, u)
+    rows, k = torch.arange(len(n)), draft_tokens.shape[1]
+    q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1)[rows, n]
+    r = (p[rows, n] - q_n).clamp_min(0)
+    nxt = torch.searchsorted(r.cumsum(-1), u[:, k:].contiguous(), right=True).squeeze(-1)
+    return n, nxt.clamp(max=r.shape[-1] - 1)
+
+
+def residual_is_p(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Wrong residual: after a rejection the next token is drawn from p instead of
+    norm(max(0, p - q)), which double-counts the mass the draft already had a chance to take."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    return _textbook(draft_tokens, q, p, u, residual=lambda p_n, q_n: p_n)
+
+
+def residual_softmax(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Wrong residual: max(0, p - q) normalised with a softmax instead of dividing by its sum
+    (transformers before PR #28508)."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    return _textbook(draft_tokens, q, p, u, residual=lambda p_n, q_n: torch.softmax((p_n - q_n).clamp_min(0), -1))
+
+
+def bonus_off_by_one(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Bonus token off by one: after k acceptances the bonus is drawn from the target's
+    distribution at position k (the last draft's) instead of k + 1."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    k = draft_tokens.shape[1]
+    return _textbook(draft_tokens, q, p, u, bonus_row=lambda p, n: p[torch.arange(len(n)), n.clamp(max=k - 1)])
+
+
+def counts_after_rejection(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Acceptances counted after the first rejection: the number accepted is the count of accepted
+    positions, not the length of the accepted prefix (vLLM issues #2658 and #10604)."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    return _textbook(draft_tokens, q, p, u, count=lambda accepted: accepted.long().sum(-1))
+
+
+def wrong_position_row(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """q not the distribution actually sampled from: draft position i is compared with the draft's
+    row for position i - 1 (a shifted index, as when the draft's logits are sliced one off)."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    return _textbook(draft_tokens, torch.roll(q, 1, dims=1), p, u)
+
+
+def single_target_sample(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Verification by matching: draw one token from p at each position and accept the draft iff it
+    is equal, then resample from p. Exact for greedy decoding, wrong for sampling (it accepts with
+    probability p(x) instead of min(1, p(x) / q(x)))."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    k = draft_tokens.shape[1]
+    target_draw = torch.stack([sample_from(p[:, i], u[:, i]) for i in range(k)], 1)
+    n = (target_draw == draft_tokens).long().cumprod(-1).sum(-1)
+    return n, sample_from(p[torch.arange(len(n)), n], torch.rand(len(n), generator=generator, dtype=torch.float64))
+
+
+def q_from_raw_logits(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """q not the distribution actually sampled from: the draft sampled from its warped distribution,
+    but the ratio p/q uses the softmax of its raw logits (transformers issues #47932 and #32867).
+    Here: the draft side un-warped from the oracle's setup temperature, q' proportional to q^T."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    raw = q ** SETUP_TEMPERATURE
+    return _textbook(draft_tokens, raw / raw.sum(-1, keepdim=True), p, u)
+
+
+def warping_on_draft_only(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """Warping applied to only one side: the draft's distributions are warped, the target's are not,
+    so the output follows the unwarped target (transformers PR #40976). Here: the target side
+    un-warped from the oracle's setup temperature, p' proportional to p^T."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    raw = p ** SETUP_TEMPERATURE
+    return _textbook(draft_tokens, q, raw / raw.sum(-1, keepdim=True), u)
+
+
+def reused_uniform(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """The uniform that rejected x_{n+1} is reused to draw the replacement. Given a rejection it is
+    no longer uniform (it lies above p/q), so the residual draw is biased (a downstream port of
+    vLLM's sampler did this)."""
+    q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
+    k = draft_tokens.shape[1]
+    return _textbook(draft_tokens, q, p, u, next_uniform=lambda u, n: u[torch.arange(len(n)), n.clamp(max=k)])
+
+
+SAMPLERS = {f.__name__: f for f in (
+    residual_not_normalised, residual_is_p, residual_softmax, bonus_off_by_one, counts_after_rejection,
+    wrong_position_row, single_target_sample, q_from_raw_logits, warping_on_draft_only, reused_uniform)}
+
+
+# --- bugs only a given-uniforms probe sees --------------------------------------------------------------
+
+def accepts_at_u_zero(draft_tokens, draft_probs, target_probs, u_accept, u_next):
+    """Acceptance tested as u <= p/q instead of u < p/q: with u drawn from [0, 1), u == 0 accepts a
+    draft token the target gives probability 0 (about 2^-24 per float32 draw: invisible to any
+    sampling test). transformers' ``_speculative_sampling`` tests ``r_i <= probability_ratio``."""
+    p, q = target_probs.double(), draft_probs.double()
+    k = draft_tokens.shape[1]
+    p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)
+    q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)
+    u = torch.cat([u_accept.double(), u_next.double()[:, None]], 1)
+    n = (u[:, :k] * q_x <= p_x).long().cumprod(-1).sum(-1)
+    return _textbook(draft_tokens, q, p, u, count=lambda accepted: n)
+
+
+UNIFORM_SAMPLERS = {"accepts_at_u_zero": accepts_at_u_zero}
+
+
+# --- broken attention backends ---------------------------------------------------------------------------
+
+def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens):
+    """Causal mask off by one: each query also sees the key one position after its own."""
+    group = q.shape[1] // k_cache.shape[1]
+    out, start = torch.empty_like(q), 0
+    for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        keys = k_cache[b, :, :n_kv].repeat_interleave(group, 0).float()  # (H, n_kv, D)
+        values = v_cache[b, :, :n_kv].repeat_interleave(group, 0).float()
+        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * q.shape[-1] ** -0.5
+        position = torch.arange(n_kv - n_q, n_kv)[:, None]  # (n_q, 1): each query's absolute position
+        scores = scores.masked_fill(torch.arange(n_kv)[None, :] > position + 1, float("-inf"))  # + 1: the bug
+        out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
+        start += n_q
+    return out
+
+
+def stale_slot_leak(q, k_cache, v_cache, q_lens, kv_lens):
+    """Stale cache slots leak in: padding to the batch maximum masked with 0 instead of -inf before the
+    softmax, so a NaN/inf left in a slot at or beyond kv_lens reaches the output."""
+    group = q.shape[1] // k_cache.shape[1]
+    out = torch.empty_like(q)
+    longest, start = int(kv_lens.max()), 0
+    for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        keys = k_cache[b, :, :longest].repeat_interleave(group, 0).float()  # padded to the batch maximum
+        values = v_cache[b, :, :longest].repeat_interleave(group, 0).float()
+        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * q.shape[-1] ** -0.5
+        position = torch.arange(n_kv - n_q, n_kv)[:, None]
+        allowed = torch.arange(longest)[None, :] <= position
+        scores = scores * allowed  # the bug: masked to 0, not -inf (0 * NaN is NaN)
+        out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
+        start += n_q
+    return out
+
+
+def idle_ignores_kv_lens(q, k_cache, v_cache, q_lens, kv_lens):
+    """Idle sequences dropped from q_lens but not from kv_lens: every sequence after an idle one
+    (q_len 0) reads the key length of the sequence before it."""
+    keep = q_lens > 0
+    wrong_kv = torch.maximum(kv_lens[:int(keep.sum())], q_lens[keep]).clamp(max=k_cache.shape[2])  # the bug
+    return naive(q, k_cache[keep], v_cache[keep], q_lens[keep], wrong_kv)
+
+
+ATTENTION = {f.__name__: f for f in (causal_off_by_one, stale_slot_leak, idle_ignores_kv_lens)}

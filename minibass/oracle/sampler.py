@@ -1,0 +1,256 @@
+"""``check_sampler``: another engine's rejection step against the exact distribution of its events.
+
+The function under test has ``rejection_sample``'s signature (contract section 3):
+``fn(draft_tokens [B, k], draft_probs [B, k, V], target_probs [B, k+1, V], *, generator)
+-> (num_accepted [B], next_tokens [B])``. Each of the B rows is one independent trial:
+
+    x_1..x_k ~ q_i(. | x_{i-1})            drafted by the oracle from order-1 tables
+    (n, y)    = fn(x, q, p)                 the row emits the event (x_1..x_n, y)
+
+The probability of every event is enumerated exactly (``exact_events``, straight from the
+definition of the algorithm, never calling the code under test), per setup:
+
+    temperature   both sides warped at T = 0.6; every token possible at every position
+    top_k         T = 0.8 and top-k 3: zero-probability cells, so a bug can show as an impossible event
+    one_hot       a greedy (one-hot) target checked against a sampled draft
+    zero_mass_q   the draft gives zero mass to tokens the target can emit (top-k 2 draft, T = 1 target)
+
+and the samples are tested four ways: the joint event distribution, each position's marginal,
+and the number of emitted tokens (G-tests, ``stats.py``), plus impossible events. Exact
+invariants are probed separately: a draft token with p(x) = 0 is never accepted, p == q
+accepts everything, and the inputs are left unchanged.
+
+False alarms: each of the m tests runs at alpha / m (Bonferroni), so a correct sampler fails
+with probability <= alpha. Power: the report states, per setup, the smallest total variation the
+joint test catches with probability 0.99 at this many rows (``stats.detectable_tv``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+
+from ..sampling import SamplingParams, probs, sample_from
+from . import stats
+from .verdict import Verdict
+
+V, K = 4, 3  # vocabulary and draft length of the probe tables
+
+
+def _tables(seed: int = 0):
+    """Logit tables: target [K+1, V+1, V], draft [K, V+1, V]; row V of dim 1 means 'no previous token'."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randn(K + 1, V + 1, V, generator=g, dtype=torch.float64) * 1.5
+    draft = target[:K] + torch.randn(K, V + 1, V, generator=g, dtype=torch.float64)
+    return target, draft
+
+
+def setups() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """name -> (p [K+1, V+1, V], q [K, V+1, V]): warped distributions, context-dependent (order 1)."""
+    target, draft = _tables()
+    warped = lambda logits, **kw: probs(logits, SamplingParams(**kw))  # noqa: E731
+    return {
+        "temperature": (warped(target, temperature=0.6), warped(draft, temperature=0.6)),
+        "top_k": (warped(target, temperature=0.8, top_k=3), warped(draft, temperature=0.8, top_k=3)),
+        "one_hot": (warped(target, temperature=0.0), warped(draft, temperature=1.0)),
+        "zero_mass_q": (warped(target, temperature=1.0), warped(draft, temperature=1.0, top_k=2)),
+    }
+
+
+def exact_events(p: torch.Tensor, q: torch.Tensor) -> dict:
+    """P(emitted = x_1..x_n, y) by enumeration, from the definition of the algorithm."""
+    out: dict = {}
+
+    def walk(prefix, prev, mass):
+        i = len(prefix)
+        p_i = p[i, prev]
+        if i == K:  # everything accepted: bonus token from p_{K+1}
+            for y in range(V):
+                if p_i[y] > 0:
+                    out[prefix + (y,)] = out.get(prefix + (y,), 0.0) + mass * float(p_i[y])
+            return
+        q_i = q[i, prev]
+        residual = (p_i - q_i).clamp_min(0)
+        reject = sum(float(q_i[x]) * (1 - min(1.0, float(p_i[x] / q_i[x]))) for x in range(V) if q_i[x] > 0)
+        for y in range(V):
+            if residual[y] > 0 and reject > 0:
+                out[prefix + (y,)] = out.get(prefix + (y,), 0.0) + mass * reject * float(residual[y] / residual.sum())
+        for x in range(V):
+            if q_i[x] > 0 and p_i[x] > 0:
+                walk(prefix + (x,), x, mass * float(q_i[x]) * min(1.0, float(p_i[x] / q_i[x])))
+
+    walk((), V, 1.0)
+    return out
+
+
+def draft_rows(p: torch.Tensor, q: torch.Tensor, rows: int, generator: torch.Generator):
+    """What the oracle hands the sampler: drafts x [rows, K] sampled from q, q rows [rows, K, V], p rows [rows, K+1, V]."""
+    prev = torch.full((rows,), V)
+    prevs, tokens = [], []
+    for i in range(K):
+        prevs.append(prev)
+        prev = sample_from(q[i, prev], torch.rand(rows, generator=generator, dtype=torch.float64))
+        tokens.append(prev)
+    prevs.append(prev)
+    draft_probs = torch.stack([q[i, prevs[i]] for i in range(K)], 1)  # (rows, K, V)
+    target_probs = torch.stack([p[i, prevs[i]] for i in range(K + 1)], 1)  # (rows, K+1, V)
+    return torch.stack(tokens, 1), draft_probs, target_probs
+
+
+def events(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_tokens: torch.Tensor) -> Counter:
+    """Counter of emitted events (x_1..x_n, y), counted in numpy (one integer code per row)."""
+    x, n, y = (t.detach().cpu().numpy().astype(np.int64) for t in (draft_tokens, num_accepted, next_tokens))
+    base = max(V, int(y.max()) + 1 if len(y) else V, int(x.max()) + 1 if x.size else V)
+    digits = np.concatenate([x, np.zeros_like(x[:, :1])], 1)
+    digits[np.arange(len(n)), np.clip(n, 0, K)] = y
+    digits = digits * (np.arange(K + 1)[None, :] <= n[:, None])
+    codes = n * base ** (K + 1) + (digits * base ** np.arange(K + 1)).sum(1)
+    out = Counter()
+    for code, count in zip(*np.unique(codes, return_counts=True)):
+        length, rest = divmod(int(code), base ** (K + 1))
+        out[tuple((rest // base ** j) % base for j in range(length + 1))] = int(count)
+    return out
+
+
+def _call(fn, tokens, draft_probs, target_probs, generator):
+    """Call the sampler on copies and check its outputs' form; returns (n, y, problem or '')."""
+    inputs = (tokens.clone(), draft_probs.clone(), target_probs.clone())
+    try:
+        n, y = fn(*inputs, generator=generator)
+    except Exception as e:
+        return None, None, f"raised {type(e).__name__}: {e}"
+    if not all(torch.equal(a, b) for a, b in zip(inputs, (tokens, draft_probs, target_probs))):
+        return None, None, "modified its inputs"
+    n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
+    if n.shape != (len(tokens),) or y.shape != (len(tokens),):
+        return None, None, f"returned shapes {tuple(n.shape)}, {tuple(y.shape)}, expected ({len(tokens)},) each"
+    if ((n < 0) | (n > tokens.shape[1])).any() or ((y < 0) | (y >= draft_probs.shape[-1])).any():
+        return None, None, "returned num_accepted outside 0..k or next_tokens outside the vocabulary"
+    return n, y, ""
+
+
+def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> None:
+    """The exact invariants, each on its own probe batch."""
+    # p(x) = 0: q uniform, p zero on tokens 1 and 3 at every position.
+    q = torch.full((rows, K, V), 1 / V, dtype=torch.float64)
+    p = torch.tensor([0.5, 0.0, 0.5, 0.0], dtype=torch.float64).expand(rows, K + 1, V).clone()
+    tokens = torch.randint(0, V, (rows, K), generator=generator)
+    n, y, problem = _call(fn, tokens, q, p, generator)
+    bad = 0 if n is None else int(sum(((p[:, :K].gather(-1, tokens[..., None]).squeeze(-1) == 0)
+                                       & (torch.arange(K)[None] < n[:, None])).any(-1)))
+    verdict.add("never accepts x with p(x) = 0", f"rows accepting a zero-probability draft, of {rows}",
+                float("inf") if problem else bad, 0, detail=problem or (f"{bad} rows" if bad else ""))
+    # p == q: every draft accepted.
+    q = torch.softmax(torch.randn(rows, K, V, generator=generator, dtype=torch.float64), -1)
+    p = torch.cat([q, q[:, :1]], 1)
+    tokens = torch.stack([sample_from(q[:, i], torch.rand(rows, generator=generator, dtype=torch.float64))
+                          for i in range(K)], 1)
+    n, y, problem = _call(fn, tokens, q, p, generator)
+    bad = 0 if n is None else int((n != K).sum())
+    verdict.add("p == q accepts every draft", f"rows rejecting a draft, of {rows}", float("inf") if problem else bad,
+                0, detail=problem or (f"{bad} rows" if bad else ""))
+
+
+def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0, name: str | None = None) -> Verdict:
+    """Run ``fn`` on ``rows`` rows per setup and test its events against the exact distribution.
+
+    Returns a ``Verdict``; ``ok`` only if every invariant holds and no test rejects at alpha / m.
+    """
+    if rows < 100:
+        raise ValueError(f"rows must be >= 100, got {rows}")
+    started = time.perf_counter()
+    verdict = Verdict(f"sampler {name or getattr(fn, '__qualname__', repr(fn))}")
+    generator = torch.Generator().manual_seed(seed)
+    all_setups = setups()
+    n_tests = len(all_setups) * (K + 3)  # per setup: joint, K + 1 marginals, emitted length
+    level = alpha / n_tests
+    _invariants(fn, verdict, generator, min(rows, 20_000))
+    powers = []
+    for setup, (p, q) in all_setups.items():
+        exact = exact_events(p, q)
+        tokens, draft_probs, target_probs = draft_rows(p, q, rows, generator)
+        n, y, problem = _call(fn, tokens, draft_probs.float(), target_probs.float(), generator)
+        if problem:
+            verdict.add(f"[{setup}] runs", "a call on valid input", float("inf"), 0, detail=problem)
+            continue
+        observed = events(tokens, n, y)
+        impossible = [e for e in observed if exact.get(e, 0.0) <= 0]
+        verdict.add(f"[{setup}] impossible events", "rows emitting an event of probability 0",
+                    sum(observed[e] for e in impossible), 0,
+                    detail=f"event {impossible[0]} (drafts accepted, then the next token) seen "
+                           f"{observed[impossible[0]]} times" if impossible else "")
+        joint = stats.g_test(Counter({e: c for e, c in observed.items() if e not in impossible}), exact)
+        critical = stats.critical_value(joint.dof, level)
+        verdict.add(f"[{setup}] joint G-test", f"G over {joint.dof + 1} cells, p = {joint.pvalue:.3g}",
+                    joint.statistic, critical, detail=_worst_cells(exact, observed))
+        powers.append(f"{setup} {stats.detectable_tv(rows, joint.dof, level):.4f}")
+        views = [(f"position {j + 1} marginal", stats.marginal_events(exact, observed, j)) for j in range(K + 1)]
+        views.append(("emitted length", stats.length_events(exact, observed)))
+        for label, (coarse_exact, coarse_observed) in views:
+            test = stats.g_test(Counter({e: c for e, c in coarse_observed.items() if coarse_exact.get(e, 0) > 0}),
+                                coarse_exact)
+            verdict.add(f"[{setup}] {label}", f"G over {test.dof + 1} cells, p = {test.pvalue:.3g}", test.statistic,
+                        stats.critical_value(test.dof, level))
+    verdict.notes.append(f"{rows:,} rows per setup, V = {V}, k = {K}; each of {n_tests} tests at alpha / {n_tests} = "
+                         f"{level:.2g}. Smallest total variation of the joint caught with probability 0.99: "
+                         + ", ".join(powers))
+    verdict.seconds = time.perf_counter() - started
+    return verdict
+
+
+def _worst_cells(exact: dict, observed: Counter, n_cells: int = 3) -> str:
+    """The events furthest from their expectation, in standard deviations."""
+    n = sum(observed.values())
+    scored = sorted(((observed.get(e, 0) - p * n) / max(np.sqrt(p * n), 1e-12), e) for e, p in exact.items())
+    worst = sorted(scored, key=lambda t: -abs(t[0]))[:n_cells]
+    return "; ".join(f"event {e}: observed {observed.get(e, 0)}, expected {exact[e] * n:.1f} ({z:+.1f} sd)"
+                     for z, e in worst)
+
+
+# --- the given-uniforms probe --------------------------------------------------------------------------------
+
+def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
+    """Edge uniforms for a rejection step that takes its uniforms, with ``accept_and_resample``'s signature
+    ``fn(draft_tokens, draft_probs, target_probs, u_accept [B, k], u_next [B])``.
+
+    The rule for u in [0, 1) is: accept iff u < p(x) / q(x). Then u = 0 rejects a token with p(x) = 0,
+    a tie u * q(x) = p(x) rejects, and u just below 1 accepts whenever p(x) >= q(x). Testing
+    ``u <= p / q`` instead accepts p(x) = 0 tokens at u = 0, about once in 2^24 float32 draws,
+    which no sampling test can see. For the next token only the support is checked (engines
+    draw it in different ways): it must have positive residual mass after a rejection.
+    """
+    started = time.perf_counter()
+    verdict = Verdict(f"given uniforms {name or getattr(fn, '__qualname__', repr(fn))}")
+    q = torch.tensor([[[0.5, 0.25, 0.25, 0.0]]], dtype=torch.float64)
+    below_one = {"float64": 1 - 2.0 ** -53, "float32": 1 - 2.0 ** -24}
+    cases = [  # (label, draft token, p row, u_accept, u_next, expected num_accepted)
+        ("u = 0, p(x) = 0", 0, [0.0, 0.5, 0.5, 0.0], 0.0, 0.0, 0),
+        ("u * q = p exactly (tie)", 0, [0.25, 0.25, 0.5, 0.0], 0.5, 0.0, 0),
+        ("u just below the ratio", 0, [0.25, 0.25, 0.5, 0.0], 0.5 - 2.0 ** -30, 0.0, 1),
+        ("u = 1 - 2^-53, p(x) = q(x)", 0, [0.5, 0.0, 0.5, 0.0], below_one["float64"], 0.5, 1),
+        ("u = 1 - 2^-24, p(x) > q(x)", 1, [0.1, 0.6, 0.3, 0.0], below_one["float32"], 0.5, 1),
+        ("u = 1 - 2^-24, p(x) < q(x)", 0, [0.4, 0.1, 0.1, 0.4], below_one["float32"], below_one["float32"], 0),
+        ("u_next = 0 after a rejection", 0, [0.0, 0.0, 0.5, 0.5], 0.5, 0.0, 0),
+        ("u_next just below 1 after a rejection", 0, [0.2, 0.0, 0.8, 0.0], 0.9, below_one["float64"], 0),
+    ]
+    wrong = []
+    for label, token, p_row, u_acc, u_next, expect in cases:
+        p = torch.tensor([[p_row, [0.25, 0.25, 0.25, 0.25]]], dtype=torch.float64)
+        try:
+            n, y = fn(torch.tensor([[token]]), q, p, torch.tensor([[u_acc]], dtype=torch.float64),
+                      torch.tensor([u_next], dtype=torch.float64))
+            n, y = int(torch.as_tensor(n).reshape(-1)[0]), int(torch.as_tensor(y).reshape(-1)[0])
+        except Exception as e:
+            wrong.append(f"{label}: raised {type(e).__name__}: {e}")
+            continue
+        residual = (p[0, 0] - q[0, 0]).clamp_min(0) if n == 0 else p[0, 1]
+        if n != expect:
+            wrong.append(f"{label}: num_accepted {n}, expected {expect}")
+        elif residual[y] <= 0:
+            wrong.append(f"{label}: next token {y} has no mass in {'the residual' if n == 0 else 'p'}")
+    verdict.add("edge uniforms", f"wrong answers of {len(cases)} edge cases", len(wrong), 0, detail="; ".join(wrong))
+    verdict.seconds = time.perf_counter() - started
+    return verdict

@@ -1,0 +1,127 @@
+"""The statistics behind every distribution claim minibass makes, in one place.
+
+Events are hashable outcomes (token tuples); an exact distribution is a dict event -> probability
+(float64, from enumeration); observed samples are a ``collections.Counter`` of events.
+
+* ``g_test``: the likelihood-ratio goodness-of-fit test (G = 2 sum o log(o / e)), with the cells
+  whose expected count is below ``min_expected`` pooled into one, so the chi-square
+  approximation holds. An observed event that the exact distribution gives probability 0 is
+  an impossible event: the test rejects outright (p = 0).
+* ``marginal_events`` / ``accepted_count_events``: coarser views of the same samples. A view
+  has fewer cells, hence more power against a bug that concentrates in it: per-position
+  marginals catch a bug at one position, the number of accepted tokens catches a draft-side
+  bug that keeps the emitted joint right but accepts too often or too rarely.
+* Power (``miss_probability``, ``detectable_tv``): for samples of size N from a distribution at
+  total variation d from the exact one, the G statistic is approximately noncentral chi-square
+  with noncentrality lambda = N sum (p' - p)^2 / p >= N (sum |p' - p|)^2 / sum p = 4 N d^2
+  (Cauchy-Schwarz), so the chance of missing it is at most ``ncx2.cdf(critical, dof, 4 N d^2)``.
+  The bound is attained by the worst perturbation (|p' - p| proportional to p), which
+  ``tests/test_oracle.py`` simulates to show the calculation matches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class GTest:
+    """One goodness-of-fit test: G statistic, degrees of freedom, p-value, and the first impossible
+    event seen (None if every observed event is possible)."""
+
+    statistic: float
+    dof: int
+    pvalue: float
+    impossible: object = None
+
+
+def g_test(observed: Counter, exact: dict, min_expected: float = MIN_EXPECTED) -> GTest:
+    """G-test of ``observed`` counts against the ``exact`` probabilities, small cells pooled."""
+    n = sum(observed.values())
+    for event in observed:
+        if exact.get(event, 0.0) <= 0:
+            return GTest(float("inf"), 0, 0.0, event)
+    keys = sorted(exact, key=repr)
+    expected = np.array([exact[e] for e in keys], dtype=np.float64) * n
+    counts = np.array([observed.get(e, 0) for e in keys], dtype=np.float64)
+    big = expected >= min_expected
+    expected = np.append(expected[big], expected[~big].sum())
+    counts = np.append(counts[big], counts[~big].sum())
+    keep = expected > 0
+    expected, counts = expected[keep], counts[keep]
+    if len(expected) < 2:
+        return GTest(0.0, 0, 1.0)
+    expected *= counts.sum() / expected.sum()  # rounding of the exact table: totals agree exactly
+    result = stats.power_divergence(counts, expected, lambda_="log-likelihood")
+    return GTest(float(result.statistic), len(expected) - 1, float(result.pvalue))
+
+
+def table_events(table) -> dict:
+    """{token tuple: probability} from an exact table [V] * n (``minibass.exact``), zero cells left out."""
+    import torch
+
+    return {tuple(i.tolist()): float(table[tuple(i.tolist())]) for i in torch.nonzero(table)}
+
+
+def pooled_dof(exact: dict, n: int, min_expected: float = MIN_EXPECTED) -> int:
+    """Degrees of freedom ``g_test`` will have for ``n`` samples of this exact distribution."""
+    expected = np.array(sorted(exact.values())) * n
+    big = int((expected >= min_expected).sum())
+    return big + int(expected[expected < min_expected].sum() > 0) - 1
+
+
+def marginal_events(exact: dict, observed: Counter, position: int) -> tuple[dict, Counter]:
+    """The view 'token at ``position`` of the emitted tuple, or -1 if fewer tokens were emitted'."""
+
+    def view(event):
+        return event[position] if len(event) > position else -1
+
+    return _coarsen(exact, observed, view)
+
+
+def length_events(exact: dict, observed: Counter) -> tuple[dict, Counter]:
+    """The view 'number of tokens emitted' (= accepted drafts + 1 for a rejection step's events)."""
+    return _coarsen(exact, observed, len)
+
+
+def _coarsen(exact: dict, observed: Counter, view) -> tuple[dict, Counter]:
+    coarse_exact: dict = {}
+    for event, p in exact.items():
+        coarse_exact[view(event)] = coarse_exact.get(view(event), 0.0) + p
+    coarse_observed: Counter = Counter()
+    for event, count in observed.items():
+        coarse_observed[view(event)] += count
+    return coarse_exact, coarse_observed
+
+
+def critical_value(dof: int, alpha: float) -> float:
+    """The G statistic above which a test at false-alarm rate ``alpha`` rejects."""
+    return float(stats.chi2.isf(alpha, max(dof, 1)))
+
+
+def miss_probability(n: int, tv: float, dof: int, alpha: float) -> float:
+    """Upper bound on the chance that a sample of size ``n`` from a distribution at total variation
+    ``tv`` passes a G-test with ``dof`` degrees of freedom at level ``alpha``."""
+    return float(stats.ncx2.cdf(critical_value(dof, alpha), max(dof, 1), 4 * n * tv * tv))
+
+
+def detectable_tv(n: int, dof: int, alpha: float, power: float = 0.99) -> float:
+    """Smallest total variation caught with probability >= ``power`` (bisection on the bound)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if miss_probability(n, mid, dof, alpha) > 1 - power else (lo, mid)
+    return hi
+
+
+def total_variation(exact: dict, observed: Counter) -> float:
+    """Total variation between the exact distribution and the empirical one."""
+    n = sum(observed.values())
+    keys = set(exact) | set(observed)
+    return 0.5 * sum(abs(exact.get(e, 0.0) - observed.get(e, 0) / n) for e in keys)

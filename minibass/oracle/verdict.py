@@ -1,0 +1,84 @@
+"""The answer every oracle check gives: a list of measured checks and whether all passed."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of a verdict.
+
+    name: what was checked ("sampler[temperature] joint G-test"); measured: what was measured, in
+    words; statistic and threshold: numbers with the rule ``passed = statistic <= threshold``
+    unless ``rule`` says otherwise; detail: the failing case or the evidence, in words.
+    """
+
+    name: str
+    measured: str
+    statistic: float
+    threshold: float
+    passed: bool
+    rule: str = "<="
+    detail: str = ""
+
+
+@dataclass
+class Verdict:
+    """What an oracle check found. ``ok`` is True only if every check passed."""
+
+    subject: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def add(self, name: str, measured: str, statistic: float, threshold: float, passed: bool | None = None,
+            rule: str = "<=", detail: str = "") -> Check:
+        if passed is None:
+            passed = statistic <= threshold if rule == "<=" else statistic >= threshold
+        check = Check(name, measured, float(statistic), float(threshold), bool(passed), rule, detail)
+        self.checks.append(check)
+        return check
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def to_dict(self) -> dict:
+        def clean(x):
+            return x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+
+        return {"subject": self.subject, "ok": self.ok, "seconds": round(self.seconds, 3), "notes": self.notes,
+                "checks": [{k: clean(v) for k, v in asdict(c).items()} for c in self.checks]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        head = f"{self.subject}: {'PASS' if self.ok else 'FAIL'} ({len(self.failures())} of {len(self.checks)} " \
+               f"checks failed, {self.seconds:.1f} s)"
+        width = max([len(c.name) for c in self.checks] + [5])
+        lines = [head, f"  {'check':<{width}}  {'statistic':>12}  {'rule':>4}  {'threshold':>12}  result"]
+        for c in self.checks:
+            lines.append(f"  {c.name:<{width}}  {_num(c.statistic):>12}  {c.rule:>4}  {_num(c.threshold):>12}  "
+                         f"{'pass' if c.passed else 'FAIL'}  {c.measured}")
+        for c in self.failures():
+            if c.detail:
+                lines.append(f"  failing case [{c.name}]: {c.detail}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def raise_for_failure(self) -> None:
+        if not self.ok:
+            raise AssertionError(str(self))
+
+
+def _num(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.3e}"

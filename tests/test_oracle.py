@@ -51,13 +51,23 @@ def test_the_u_zero_bug_needs_the_given_uniforms_probe():
     assert not probe.ok and "u = 0, p(x) = 0" in probe.checks[0].detail
 
 
+def _first_residual_token(p, q, n):
+    """The lowest-index token of norm(max(0, p_n - q_n)) (rows of p [B, k+1, V], q [B, k, V], n [B] < k)."""
+    rows = torch.arange(len(n))
+    q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1)[rows, n]
+    return ((p[rows, n] - q_n) > 0).int().argmax(-1)
+
+
 def _mixture(epsilon):
-    """A sampler off by total variation ~epsilon: with probability epsilon it rejects everything and emits token 0."""
+    """A subtly wrong sampler: after a rejection, with probability epsilon it emits the lowest-index token
+    of the residual instead of a draw from it. Every event stays possible and both invariants hold, so
+    only the goodness-of-fit statistic can see it."""
 
     def sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
         n, y = minibass.rejection_sample(draft_tokens, draft_probs, target_probs, generator=generator)
-        broken = torch.rand(len(n), generator=generator) < epsilon
-        return torch.where(broken, 0, n), torch.where(broken, 0, y)
+        broken = (torch.rand(len(n), generator=generator) < epsilon) & (n < draft_tokens.shape[1])
+        first = _first_residual_token(target_probs.double(), draft_probs.double(), n.clamp(max=draft_tokens.shape[1] - 1))
+        return n, torch.where(broken, first, y)
 
     return sampler
 
@@ -65,10 +75,23 @@ def _mixture(epsilon):
 def test_a_sampler_off_by_tv_002_fails_at_the_default_rows():
     p, q = setups()["temperature"]
     exact = exact_events(p, q)
-    epsilon = 0.02 / (1 - exact.get((0,), 0.0))  # TV of the mixture = epsilon * (1 - P(event (0,)))
+    moved: dict = {}  # the exact distribution of the wrong branch: rejection events mapped to the first residual token
+    for event, pr in exact.items():
+        n = len(event) - 1
+        if n < p.shape[0] - 1:
+            prev = torch.tensor([event[n - 1] if n else p.shape[1] - 1])
+            first = int(_first_residual_token(p[:, prev].transpose(0, 1), q[:, prev].transpose(0, 1),
+                                              torch.tensor([n])))
+            event = event[:-1] + (first,)
+        moved[event] = moved.get(event, 0.0) + pr
+    tv_moved = 0.5 * sum(abs(exact.get(e, 0.0) - moved.get(e, 0.0)) for e in set(exact) | set(moved))
+    epsilon = 0.02 / tv_moved  # the mixture (1 - eps) P + eps P' is at total variation eps * TV(P, P') = 0.02
+    assert epsilon < 1
     verdict = oracle.check_sampler(_mixture(epsilon))
-    print(verdict)
-    assert not verdict.ok
+    print(f"epsilon {epsilon:.4f}\n{verdict}")
+    failed = {c.name for c in verdict.failures()}
+    assert "[temperature] joint G-test" in failed
+    assert not any("impossible" in name or "accepts" in name for name in failed)
 
 
 def test_the_power_bound_matches_a_simulation():
@@ -103,7 +126,6 @@ def test_the_power_bound_matches_a_simulation():
           f"lower bound from 4 N d^2 {bound_power:.3f}")
     assert 0.1 < predicted_power < 0.95  # intermediate, so the comparison means something
     assert abs(simulated - predicted_power) < 4 * np.sqrt(predicted_power * (1 - predicted_power) / 400) + 0.03
-    assert bound_power <= predicted_power + 1e-9  # the bound is a bound
     # and at the oracle's defaults: TV 0.02 is missed with probability < 1%
     level = 1e-6 / 24
     worst_dof = max(stats.pooled_dof(exact_events(*pq), 200_000) for pq in setups().values())
@@ -124,13 +146,6 @@ def test_the_exact_event_tables_are_distributions_whose_first_token_is_p():
         for e, pr in exact.items():
             first[e[0]] += pr
         assert np.allclose(first, p[0, -1].numpy(), atol=1e-12), name  # the theorem at position 1
-
-
-def test_a_correct_sampler_rarely_fails_small_runs():
-    """False alarms: 10 seeded runs of 1,000 rows at alpha = 0.05 overall: at most a few fail."""
-    fails = sum(not oracle.check_sampler(minibass.rejection_sample, rows=1_000, alpha=0.05, seed=s).ok
-                for s in range(10))
-    assert fails <= 3  # expected <= 0.5 (Bonferroni is conservative); 4 or more has probability < 0.001
 
 
 # --- transformers --------------------------------------------------------------------------------------------
@@ -160,16 +175,19 @@ def test_transformers_step_with_a_planted_bug_fails(monkeypatch):
     monkeypatch.setattr(adapters, "_transformers_step", lambda: planted)
     verdict = oracle.check_sampler(adapters.transformers_sampler, rows=1_000, name="transformers, planted")
     print(verdict)
-    assert not verdict.ok
+    assert any("G-test" in c.name or "marginal" in c.name for c in verdict.failures())
+    assert not any("runs" in c.name for c in verdict.failures())  # caught, not crashed
 
 
 def test_transformers_fails_the_edge_uniforms():
     """Its acceptance test is r <= p/q: the u = 0 and tie cases are answered wrongly (see docs/oracle.md)."""
+    from transformers.generation import utils
+
+    if "<= probability_ratio" not in inspect.getsource(utils._speculative_sampling):
+        pytest.skip("the installed transformers no longer tests r <= p/q")
     verdict = oracle.check_given_uniforms(adapters.transformers_given_uniforms)
     print(verdict)
-    if verdict.ok:
-        pytest.skip("the installed transformers answers every edge uniform correctly (fixed upstream)")
-    assert "u = 0, p(x) = 0" in verdict.checks[0].detail
+    assert "u = 0, p(x) = 0" in verdict.checks[0].detail and "(tie)" in verdict.checks[0].detail
 
 
 # --- generators ----------------------------------------------------------------------------------------------
@@ -191,7 +209,14 @@ def test_a_generator_with_a_planted_loop_bug_fails():
     broken = speculative.Phases(rollback=rollback_one_short)
     verdict = oracle.check_generator(lambda *a: adapters.minibass_generator(*a, phases=broken), samples=4_000)
     print(verdict)
-    assert not verdict.ok
+    assert_caught_by_the_statistics(verdict)
+
+
+def assert_caught_by_the_statistics(verdict):
+    """Failed through a G-test, not because the engine crashed or returned too little."""
+    failed = [c.name for c in verdict.failures()]
+    assert any("G-test" in name or "marginal" in name for name in failed), failed
+    assert "runs" not in failed and "continuations returned" not in failed
 
 
 @pytest.mark.parametrize("weight,passes", [(None, True), (0.5, False)])
@@ -200,14 +225,17 @@ def test_transformers_assisted_generation(weight, passes):
     kwargs = {} if weight is None else {"assistant_ensemble_weight": weight}
     verdict = oracle.check_generator(lambda *a: adapters.transformers_generator(*a, **kwargs), samples=120)
     print(verdict)
-    assert verdict.ok == passes
+    if passes:
+        verdict.raise_for_failure()
+    else:
+        assert_caught_by_the_statistics(verdict)
 
 
 # --- attention -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_minibass_backends_pass(name):
-    cases = 12 if name == "ragged" else 60  # the interpreted Triton kernel is slow on a CPU
+    cases = {"ragged": 12, "naive": 21}.get(name, 60)  # 21: the grid alone; the interpreted kernel is slow on a CPU
     dtypes = (torch.float32, torch.bfloat16) if name in ("padded", "split") else (torch.float32,)
     verdict = oracle.check_attention(BACKENDS[name], dtypes=dtypes, cases=cases, name=name)
     print(verdict)
@@ -219,7 +247,7 @@ def test_every_known_attention_bug_fails_with_its_smallest_case(bug):
     verdict = oracle.check_attention(known_bugs.ATTENTION[bug], cases=40, name=bug)
     print(verdict)
     assert not verdict.ok
-    assert "q_lens=" in verdict.failures()[0].detail
+    assert "q_lens=" in verdict.failures()[0].detail and "at sequence" in verdict.failures()[0].detail
 
 
 def test_the_reported_case_is_the_smallest_failing_one():
@@ -229,6 +257,7 @@ def test_the_reported_case_is_the_smallest_failing_one():
 
     verdict = oracle.check_attention(fails_on_long_caches, cases=40)
     failing = [c for c in oracle.attention.attention_cases(40) if max(c.kv_lens) > 100]
+    assert len(failing) > 1
     smallest = min(failing, key=lambda c: c.size)
     assert verdict.failures()[0].detail.startswith(str(smallest))
 

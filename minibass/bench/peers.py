@@ -8,7 +8,7 @@ Four ways to decode the same held-out prompts:
     hf_assisted     transformers assisted generation (``assistant_model=draft``); it refuses batches
                     larger than 1, so the batch runs one prompt at a time
     mb_generate     minibass ``generate``, batched, regular decoding
-    mb_speculative  minibass ``speculative_generate``, batched, dynamic draft length
+    mb_speculative  minibass ``speculative_generate``, batched, cost-aware draft length (``--draft-length``, default auto)
 
 Greedy (where all four must produce identical tokens: checked and reported) and temperature
 0.8 (no top-k / top-p). EOS is ignored so that every method produces the same number of tokens.
@@ -27,7 +27,7 @@ from .common import median_timed, provenance, pyplot, write_json
 METHODS = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
 
 
-def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3):
+def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3, draft_length="auto"):
     from transformers import AutoModelForCausalLM
 
     target_dir, draft_dir = zoo.demo_paths()
@@ -71,9 +71,9 @@ def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3):
             "hf_assisted": hf_assisted,
             "mb_generate": lambda: minibass.generate(target, batch_prompts, new_tokens, sampling=sampling, seed=0,
                                                      attention=attention).tokens,
-            "mb_speculative": lambda: minibass.speculative_generate(target, draft, batch_prompts, new_tokens,
-                                                                    sampling=sampling, seed=0, draft_length="dynamic",
-                                                                    attention=attention).tokens,
+            "mb_speculative": lambda: minibass.speculative_generate(
+                target, draft, batch_prompts, new_tokens, sampling=sampling, seed=0, draft_length=draft_length,
+                attention=attention).tokens,
         }
 
     for fn in methods(prompts[:1], 0.0).values():  # warm-up
@@ -95,7 +95,7 @@ def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3):
                 f"{n}={row[f'{n}_tok_s']:.1f} tok/s (x{row[f'{n}_vs_hf_generate']:.2f})" for n in METHODS)
                 + (f"  identical={row['greedy_identical']}" if temperature == 0 else ""), flush=True)
     payload = {"provenance": provenance(device), "pair": "shipped demo pair (minibass/zoo/demo)",
-               "new_tokens": new_tokens, "attention": attention, "reps": reps, "timing": "median of reps",
+               "new_tokens": new_tokens, "attention": attention, "draft_length": draft_length, "reps": reps, "timing": "median of reps",
                "note": "hf_assisted runs one prompt at a time: transformers' assisted generation refuses batch > 1",
                "rows": rows}
     print(f"wrote {write_json(out, payload)}")
@@ -144,10 +144,13 @@ def main(argv=None):
     parser.add_argument("--attention", default=None,
                         help="minibass backend (default: the device's default, minibass.attention.default_backend)")
     parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
+    parser.add_argument("--draft-length", default="auto", help="minibass's draft-length policy: an int, dynamic, auto")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args(argv)
     kind = args.device.split(":")[0]
     attention = args.attention or minibass.attention.default_backend(args.device)
+    draft_length = int(args.draft_length) if args.draft_length.isdigit() else args.draft_length
     run(args.device, args.batch_sizes, args.new_tokens, attention,
-        args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps)
+        args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps,
+        draft_length)

@@ -15,6 +15,7 @@ and minibass does not depend on them.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 
@@ -33,25 +34,37 @@ def _one_row(step, tokens, q, p):
     lossless up to one rounding. Its inputs are batch 1: candidate_input_ids [1, k] (only the last k
     are read), candidate_logits [1, k, V], new_logits [1, k + 1, V]."""
     k = tokens.shape[0]
-    valid, n_matches = step(tokens[None], q.log()[None], k, p.log()[None])
+    extra = (False,) if "is_done_candidate" in inspect.signature(step).parameters else ()  # transformers < 4.57
+    valid, n_matches = step(tokens[None], q.log()[None], k, p.log()[None], *extra)
     n = int(n_matches)
     return n, int(valid[0, n])  # valid = accepted drafts then the next token
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Tiny per-row tensors: one intra-op thread is fastest, and does not fight other work for cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def transformers_sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
     """transformers' ``_speculative_sampling`` in ``rejection_sample``'s signature, one row at a time.
 
     It draws its uniforms with ``torch.rand_like`` and its next token with ``torch.multinomial``
-    from the global random state; for a deterministic run the adapter seeds that state from
-    ``generator`` once, inside ``torch.random.fork_rng`` so the caller's global state is untouched.
+    from the global CPU random state; given a ``generator``, the adapter seeds that state from it once,
+    inside ``torch.random.fork_rng`` so the caller's CPU random state is restored afterwards.
     Probabilities are passed as log-probabilities (see ``_one_row``); float64 is kept.
     """
     step = _transformers_step()
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else None
     n_out, y_out = [], []
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
+    seeded = generator is not None
+    with torch.random.fork_rng(devices=[], enabled=seeded), _one_thread():
+        if seeded:
+            torch.default_generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
         for tokens, q, p in zip(draft_tokens, draft_probs.double(), target_probs.double()):
             n, y = _one_row(step, tokens, q, p)
             n_out.append(n)

@@ -76,7 +76,8 @@ HEAD_DIMS = [16, 64, 59, 128]
 
 
 def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
-    """The grid (every shape with MHA, GQA and MQA and one odd head dim), then seeded random cases."""
+    """The grid (every shape with MHA, GQA and MQA and one odd head dim), then seeded random cases up to
+    ``n`` in all; the grid is always there, whatever ``n``."""
     cases = []
     for i, (label, q_lens, kv_lens) in enumerate(GRID):
         for j, (h, hk) in enumerate(HEADS[:3]):
@@ -96,7 +97,7 @@ def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
         h, hk = HEADS[draw(0, len(HEADS) - 1)]
         cases.append(AttentionCase(tuple(q_lens), tuple(kv_lens), h, hk, HEAD_DIMS[draw(0, len(HEAD_DIMS) - 1)],
                                    seed + len(cases)))
-    return cases[:n]
+    return cases
 
 
 def reference(q, k, v, q_lens, kv_lens) -> torch.Tensor:
@@ -118,26 +119,34 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
         return float("inf"), f"returned dtype {out.dtype}, expected {q.dtype}"
     out = out.detach().cpu().double()
     if not torch.isfinite(out).all():
-        where = torch.nonzero(~torch.isfinite(out))[0].tolist()
-        return float("inf"), f"non-finite output at (query, head, dim) = {tuple(where)}: a stale slot leaked in?"
+        row, head, _ = torch.nonzero(~torch.isfinite(out))[0].tolist()
+        return float("inf"), f"non-finite output at {_where(row, head, q_lens, kv_lens)}: a stale slot leaked in?"
     if not out.numel():
         return 0.0, ""
     diff = (out - expected).abs()
     err = float(diff.max())
     row, head, _ = torch.nonzero(diff == err)[0].tolist()
-    seq = int(torch.searchsorted(torch.cumsum(q_lens.cpu(), 0), torch.tensor(row), right=True))
-    start = int(q_lens[:seq].sum())
-    position = int(kv_lens[seq]) - int(q_lens[seq]) + row - start
-    return err, f"max error {err:.3g} at sequence {seq}, query {row - start} (position {position}), head {head}"
+    return err, f"max error {err:.3g} at {_where(row, head, q_lens, kv_lens)}"
+
+
+def _where(row: int, head: int, q_lens, kv_lens) -> str:
+    """A packed query row in words: its sequence, its index there, its absolute position, the head."""
+    q_lens, kv_lens = q_lens.cpu(), kv_lens.cpu()
+    seq = int(torch.searchsorted(torch.cumsum(q_lens, 0), torch.tensor(row), right=True))
+    index = row - int(q_lens[:seq].sum())
+    return f"sequence {seq}, query {index} (position {int(kv_lens[seq]) - int(q_lens[seq]) + index}), head {head}"
 
 
 def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 200, seed: int = 0,
                     name: str | None = None) -> Verdict:
-    """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype.
+    """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype (at least the
+    21 of the grid).
 
     One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
     row names the smallest failing case (least work), with the position of its largest error.
     """
+    if cases < 1:
+        raise ValueError(f"cases must be >= 1, got {cases}")
     started = time.perf_counter()
     verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
     all_cases = sorted(attention_cases(cases, seed), key=lambda c: c.size)

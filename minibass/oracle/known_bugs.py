@@ -73,7 +73,11 @@ def residual_softmax(draft_tokens, draft_probs, target_probs, *, generator=None)
     """Wrong residual: max(0, p - q) normalised with a softmax instead of dividing by its sum
     (transformers before PR #28508)."""
     q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
-    return _textbook(draft_tokens, q, p, u, residual=lambda p_n, q_n: torch.softmax((p_n - q_n).clamp_min(0), -1))
+    def softmax_residual(p_n, q_n):  # after k acceptances (q_n = 0) the bonus still comes from p, as there
+        rejected = q_n.sum(-1, keepdim=True) > 0
+        return torch.where(rejected, torch.softmax((p_n - q_n).clamp_min(0), -1), p_n)
+
+    return _textbook(draft_tokens, q, p, u, residual=softmax_residual)
 
 
 def bonus_off_by_one(draft_tokens, draft_probs, target_probs, *, generator=None):
@@ -93,15 +97,17 @@ def counts_after_rejection(draft_tokens, draft_probs, target_probs, *, generator
 
 def wrong_position_row(draft_tokens, draft_probs, target_probs, *, generator=None):
     """q not the distribution actually sampled from: draft position i is compared with the draft's
-    row for position i - 1 (a shifted index, as when the draft's logits are sliced one off)."""
+    row for position i - 1 (a shifted index, as when the draft's logits are sliced one off; position
+    1 gets the last position's row, ``torch.roll`` wraps around)."""
     q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
     return _textbook(draft_tokens, torch.roll(q, 1, dims=1), p, u)
 
 
 def single_target_sample(draft_tokens, draft_probs, target_probs, *, generator=None):
-    """Verification by matching: draw one token from p at each position and accept the draft iff it
-    is equal, then resample from p. Exact for greedy decoding, wrong for sampling (it accepts with
-    probability p(x) instead of min(1, p(x) / q(x)))."""
+    """Verification by matching, then a fresh draw: draw one token from p at each position and accept
+    the draft iff it is equal; at the first mismatch, discard that target draw and draw the next token
+    afresh from p. (Emitting the mismatching target draw itself would be exact; the fresh draw from p
+    over-weights the draft's token, which is no longer excluded.)"""
     q, p, u = _inputs(draft_probs, target_probs, generator, draft_tokens.shape[1])
     k = draft_tokens.shape[1]
     target_draw = torch.stack([sample_from(p[:, i], u[:, i]) for i in range(k)], 1)
@@ -177,19 +183,22 @@ def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens):
 
 
 def stale_slot_leak(q, k_cache, v_cache, q_lens, kv_lens):
-    """Stale cache slots leak in: padding to the batch maximum masked with 0 instead of -inf before the
-    softmax, so a NaN/inf left in a slot at or beyond kv_lens reaches the output."""
+    """Stale cache slots leak in: keys are padded to the batch maximum and the padding is masked by
+    multiplying the scores by 0 instead of setting them to -inf, so a NaN/inf left in a slot at or
+    beyond kv_lens reaches the output (0 * NaN is NaN). The causal mask itself is right."""
     group = q.shape[1] // k_cache.shape[1]
     out = torch.empty_like(q)
     longest, start = int(kv_lens.max()), 0
     for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
-        keys = k_cache[b, :, :longest].repeat_interleave(group, 0).float()  # padded to the batch maximum
+        keys = k_cache[b, :, :longest].repeat_interleave(group, 0).float()  # (H, longest, D): padded
         values = v_cache[b, :, :longest].repeat_interleave(group, 0).float()
         scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * q.shape[-1] ** -0.5
-        position = torch.arange(n_kv - n_q, n_kv)[:, None]
-        allowed = torch.arange(longest)[None, :] <= position
-        scores = scores * allowed  # the bug: masked to 0, not -inf (0 * NaN is NaN)
-        out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
+        key = torch.arange(longest)[None, :]
+        position = torch.arange(n_kv - n_q, n_kv)[:, None]  # (n_q, 1)
+        scores = scores.masked_fill((key > position) & (key < n_kv), float("-inf"))  # causal: right
+        scores = scores * (key < n_kv)  # padding: the bug, 0 instead of -inf
+        weights = torch.softmax(scores, -1)
+        out[start:start + n_q] = torch.einsum("hts,hsd->thd", weights, values).to(q.dtype)
         start += n_q
     return out
 

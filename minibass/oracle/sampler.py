@@ -230,7 +230,7 @@ def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
         ("u = 0, p(x) = 0", 0, [0.0, 0.5, 0.5, 0.0], 0.0, 0.0, 0),
         ("u * q = p exactly (tie)", 0, [0.25, 0.25, 0.5, 0.0], 0.5, 0.0, 0),
         ("u just below the ratio", 0, [0.25, 0.25, 0.5, 0.0], 0.5 - 2.0 ** -30, 0.0, 1),
-        ("u = 1 - 2^-53, p(x) = q(x)", 0, [0.5, 0.0, 0.5, 0.0], below_one["float64"], 0.5, 1),
+        ("u = 1 - 2^-53 (float64 uniforms), p(x) = q(x)", 0, [0.5, 0.0, 0.5, 0.0], below_one["float64"], 0.5, 1),
         ("u = 1 - 2^-24, p(x) > q(x)", 1, [0.1, 0.6, 0.3, 0.0], below_one["float32"], 0.5, 1),
         ("u = 1 - 2^-24, p(x) < q(x)", 0, [0.4, 0.1, 0.1, 0.4], below_one["float32"], below_one["float32"], 0),
         ("u_next = 0 after a rejection", 0, [0.0, 0.0, 0.5, 0.5], 0.5, 0.0, 0),
@@ -247,7 +247,9 @@ def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
             wrong.append(f"{label}: raised {type(e).__name__}: {e}")
             continue
         residual = (p[0, 0] - q[0, 0]).clamp_min(0) if n == 0 else p[0, 1]
-        if n != expect:
+        if not 0 <= y < q.shape[-1]:
+            wrong.append(f"{label}: next token {y} outside the vocabulary")
+        elif n != expect:
             wrong.append(f"{label}: num_accepted {n}, expected {expect}")
         elif residual[y] <= 0:
             wrong.append(f"{label}: next token {y} has no mass in {'the residual' if n == 0 else 'p'}")

@@ -1,6 +1,7 @@
 """Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
-    python -m minibass.zoo.train --out minibass/zoo/demo        # the shipped pair (~48 min, 2 cores)
+    python -m minibass.zoo.train --out minibass/zoo/demo --max-minutes 85            # the shipped pair, part 1
+    python -m minibass.zoo.train --out minibass/zoo/demo --max-minutes 85 --resume   # part 2 (~105 min in all, 2 cores)
     python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
 
 Long runs go in parts: ``--max-minutes M`` stops after M minutes with a checkpoint in
@@ -256,16 +257,16 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
     parser.add_argument("--fast", action="store_true", help="tiny corpus, tiny models, a few steps (for tests)")
-    parser.add_argument("--target-steps", type=int, default=1400)
-    parser.add_argument("--draft-steps", type=int, default=900)
+    parser.add_argument("--target-steps", type=int, default=2200)
+    parser.add_argument("--draft-steps", type=int, default=1500)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-lr", type=float, default=3e-3, help="peak learning rate of the target")
+    parser.add_argument("--target-lr", type=float, default=2e-3, help="peak learning rate of the target")
     parser.add_argument("--draft-lr", type=float, default=3e-3, help="peak learning rate of the draft")
-    parser.add_argument("--target-shape", default="4x256", help="LAYERSxHIDDEN of the target (default 4x256)")
-    parser.add_argument("--draft-shape", default="2x128", help="LAYERSxHIDDEN of the draft (default 2x128)")
+    parser.add_argument("--target-shape", default="12x256", help="LAYERSxHIDDEN of the target (default 12x256)")
+    parser.add_argument("--draft-shape", default="1x128", help="LAYERSxHIDDEN of the draft (default 1x128)")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop after this many minutes with a checkpoint; carry on with --resume")
     parser.add_argument("--resume", action="store_true", help="carry on from the checkpoints in OUT/_work/")

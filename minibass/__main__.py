@@ -94,11 +94,18 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
         return tokens * c["regular"] / (c["verify"] + k * c["draft"])
 
     c = costs_by_batch[batch]
+    step_cost = (c["verify"] + k * c["draft"]) / c["regular"]
     lines = [f"Reading: with k = {k}, each step emits {tokens:.2f} tokens per sequence on average "
              f"(per-token acceptance {alpha:.2f}) and costs one verify ({c['verify'] / c['regular']:.2f} regular steps) "
              f"plus {k} draft calls ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
-             f"{(c['verify'] + k * c['draft']) / c['regular']:.2f} = {predicted(c):.2f}x predicted, "
-             f"{fixed['speedup']:.2f}x measured."]
+             f"{step_cost:.2f} = {predicted(c):.2f}x predicted per sequence."]
+    if batch > 1 and fixed["calls"] > 1:  # the batch steps until its slowest sequence is done
+        pace = fixed["longest"] / (fixed["calls"] - 1)
+        lines.append(f"But a batch steps until its slowest sequence is done: {fixed['calls'] - 1} verify steps for "
+                     f"{fixed['longest']} tokens, {pace:.2f} tokens per step for that sequence, so {pace:.2f} / "
+                     f"{step_cost:.2f} = {pace / step_cost:.2f}x predicted for the batch;")
+    lines.append(f"{fixed['speedup']:.2f}x measured (the prediction leaves out sampling, the rejection step and "
+                 f"roll-back, outside the forward calls).")
     stops = [b for b, cb in sorted(costs_by_batch.items()) if predicted(cb) < 1.0]
     trend = ", ".join(f"batch {b}: {predicted(cb):.2f}x" for b, cb in sorted(costs_by_batch.items()))
     if stops:
@@ -108,7 +115,7 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
                f"{s['draft'] / s['regular']:.2f}.")
     else:
         end = "it pays at every batch size measured here."
-    lines.append(f"Predicted from the call costs measured at other batch sizes ({trend}), {end}")
+    lines.append(f"Predicted per sequence from the call costs measured at other batch sizes ({trend}), {end}")
     return " ".join(lines)
 
 
@@ -161,7 +168,7 @@ def demo(args) -> int:
             "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
             "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
-            "calls": s.target_calls,
+            "calls": s.target_calls, "longest": max(map(len, result.tokens)),
             "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",
         })
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),

@@ -16,6 +16,8 @@ import textwrap
 
 import torch
 
+from minibass.draft_length import parse_draft_length
+
 
 def _load(args):
     """(target, draft or None, tokenizer) from --target/--draft folders, or the shipped demo pair."""
@@ -51,10 +53,6 @@ def _sampling(args):
     import minibass
 
     return minibass.SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-
-
-def _draft_length(value: str):
-    return int(value) if value.isdigit() else value
 
 
 def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
@@ -135,7 +133,7 @@ def demo(args) -> int:
     texts = (texts * args.batch_size)[:args.batch_size]
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     backend = args.attention or minibass.attention.default_backend(args.device)
-    policies = [_draft_length(p) for p in args.draft_lengths]
+    policies = [parse_draft_length(p) for p in args.draft_lengths]
     k = next((p for p in policies if isinstance(p, int)), 4)
     greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
@@ -205,7 +203,7 @@ def generate(args) -> int:
         result = minibass.generate(target, prompts, args.max_new_tokens, **common)
     else:
         result = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
-                                               draft_length=_draft_length(args.draft_length), **common)
+                                               draft_length=parse_draft_length(args.draft_length), **common)
     s = result.stats
     completions = [tokenizer.decode(t) for t in result.tokens]
     if args.json:

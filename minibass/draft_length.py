@@ -185,6 +185,11 @@ class CostAwareDraftLength:
         self.verify_times.setdefault(k, []).append(verify_seconds)
 
 
+def parse_draft_length(text: str):
+    """A draft length as written on a command line: digits -> int, anything else stays a name."""
+    return int(text) if text.isdigit() else text
+
+
 def make_policy(draft_length) -> DraftLengthPolicy:
     """An int -> fixed, 'dynamic' -> BASS Algorithm 1, 'per-sequence' -> per-sequence Algorithm 1,
     'auto' -> cost-aware, else a policy object."""

@@ -21,6 +21,7 @@ import argparse
 import torch
 
 import minibass
+from minibass.draft_length import parse_draft_length
 from minibass import zoo
 from .common import median_timed, provenance, pyplot, write_json
 
@@ -95,7 +96,8 @@ def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3, draft_len
                 f"{n}={row[f'{n}_tok_s']:.1f} tok/s (x{row[f'{n}_vs_hf_generate']:.2f})" for n in METHODS)
                 + (f"  identical={row['greedy_identical']}" if temperature == 0 else ""), flush=True)
     payload = {"provenance": provenance(device), "pair": "shipped demo pair (minibass/zoo/demo)",
-               "new_tokens": new_tokens, "attention": attention, "draft_length": draft_length, "reps": reps, "timing": "median of reps",
+               "new_tokens": new_tokens, "attention": attention, "draft_length": draft_length, "reps": reps,
+               "timing": "median of reps",
                "note": "hf_assisted runs one prompt at a time: transformers' assisted generation refuses batch > 1",
                "rows": rows}
     print(f"wrote {write_json(out, payload)}")
@@ -150,7 +152,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kind = args.device.split(":")[0]
     attention = args.attention or minibass.attention.default_backend(args.device)
-    draft_length = int(args.draft_length) if args.draft_length.isdigit() else args.draft_length
     run(args.device, args.batch_sizes, args.new_tokens, attention,
         args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps,
-        draft_length)
+        parse_draft_length(args.draft_length))

@@ -21,6 +21,7 @@ import tempfile
 import torch
 
 import minibass
+from minibass.draft_length import parse_draft_length
 from .common import forward_clock, median_timed, provenance, pyplot, random_llama, timed, write_json
 
 
@@ -135,7 +136,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kind = args.device.split(":")[0]
     backends = args.backends or [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
-    draft_lengths = [int(k) if k.isdigit() else k for k in args.draft_lengths]
+    draft_lengths = [parse_draft_length(k) for k in args.draft_lengths]
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,
         args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png",
         args.reps)

@@ -69,6 +69,14 @@ def g_test(observed: Counter, exact: dict, min_expected: float = MIN_EXPECTED) -
     return GTest(float(result.statistic), len(expected) - 1, float(result.pvalue))
 
 
+def split_impossible(observed: Counter, exact: dict) -> tuple[Counter, Counter]:
+    """(counts of events the exact distribution allows, counts of events it gives probability 0)."""
+    possible, impossible = Counter(), Counter()
+    for event, count in observed.items():
+        (possible if exact.get(event, 0.0) > 0 else impossible)[event] = count
+    return possible, impossible
+
+
 def table_events(table) -> dict:
     """{token tuple: probability} from an exact table [V] * n (``minibass.exact``), zero cells left out."""
     import torch

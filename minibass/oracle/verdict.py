@@ -46,6 +46,13 @@ class Verdict:
         self.checks.append(check)
         return check
 
+    def add_g_test(self, name: str, test, level: float, what: str = "", detail: str = "") -> Check:
+        """A row for a ``stats.GTest``: its statistic against the critical value at false-alarm rate ``level``."""
+        from .stats import critical_value
+
+        return self.add(name, f"{what}G over {test.dof + 1} cells, p = {test.pvalue:.3g}", test.statistic,
+                        critical_value(test.dof, level), detail=detail)
+
     def failures(self) -> list[Check]:
         return [c for c in self.checks if not c.passed]
 

@@ -21,8 +21,7 @@ import minibass
 from minibass import oracle
 from minibass.attention import BACKENDS
 from minibass.oracle import adapters, known_bugs, stats
-from minibass.oracle.sampler import draft_rows, events, exact_events, setups
-from minibass.rejection import accept_and_resample
+from minibass.oracle.sampler import events, exact_events, setups
 
 BUG_ROWS = 20_000  # per setup: the joint test catches total variation >= ~0.04 with probability 0.99
 

@@ -29,7 +29,8 @@ plain target step), so no cache or position ever exceeds ``prompt + max_new_toke
 
 Seams. The four phases are plain functions gathered in ``Phases``; ``speculative_generate``
 takes ``phases=`` so that a test can swap one for a deliberately broken twin (the planted-bug
-tests do) without patching private names.
+tests do) without patching private names, and ``step=`` so that the course's learner can
+assemble a step from the phases and run it in the real loop.
 
 Papers: speculative sampling — Leviathan et al. 2023, Chen et al. 2023; batching with ragged
 caches and the dynamic draft length — Qian et al. 2024 (BASS), Algorithm 1.
@@ -215,7 +216,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
 def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens: int, *,
                          sampling: SamplingParams = SamplingParams(), draft_length=4, seed=None,
                          attention: str | None = None, eos_token_id: int | None = None,
-                         phases: Phases = Phases()) -> GenerationResult:
+                         phases: Phases = Phases(), step: Callable = step) -> GenerationResult:
     """Batched speculative sampling: tokens distributed exactly as ``generate(target, ...)``.
 
     draft_length: an int (fixed), "dynamic" (BASS Algorithm 1, one length for the batch),
@@ -226,6 +227,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     differently, so equal seeds do not give equal samples across the two functions.
     attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
     phases: the step's phases (tests swap one for a planted bug); leave the default.
+    step: the function that runs one step from the phases (the course has the learner assemble
+    one); leave the default.
     """
     check_request([target, draft], prompts, max_new_tokens, sampling)
     if target.vocab_size != draft.vocab_size:

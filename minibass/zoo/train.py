@@ -270,6 +270,8 @@ def main(argv=None):
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop after this many minutes with a checkpoint; carry on with --resume")
     parser.add_argument("--resume", action="store_true", help="carry on from the checkpoints in OUT/_work/")
+    parser.add_argument("--target-from", type=Path, default=None, metavar="DIR",
+                        help="keep the trained target (and its tokenizer) in DIR and distil only a new draft from it")
     args = parser.parse_args(argv)
     if args.fast:
         args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
@@ -289,10 +291,10 @@ def main(argv=None):
     if not held_texts:
         held_texts = train_texts[-1:]
     print(f"corpus: {len(train_files)} train / {len(held_files)} held-out files from {root}", flush=True)
-    if (tmp / "tokenizer.json").exists():
+    if args.target_from is not None or (tmp / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast
 
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(args.target_from or tmp)
     else:
         tokenizer = train_tokenizer(train_texts, args.vocab, tmp)
     train_stream, held_stream = encode_all(tokenizer, train_texts), encode_all(tokenizer, held_texts)
@@ -303,6 +305,15 @@ def main(argv=None):
     shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
     target = llama(vocab, *shapes["target"], 1024, eos)
     draft = llama(vocab, *shapes["draft"], 1024, eos)
+    kept = None  # the target's own metrics when it is kept from --target-from
+    if args.target_from is not None:
+        from transformers import LlamaForCausalLM
+
+        target = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32).eval()
+        c = target.config
+        shapes["target"] = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
+        metrics_file = args.target_from.parent / "metrics.json"
+        kept = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
 
     def lm_loss(x):
         logits = target(x[:, :-1]).logits
@@ -311,7 +322,7 @@ def main(argv=None):
     def watch(model):  # the held-out loss on a few windows, printed as training goes
         return held_out_loss(model, held_stream, args.seq_len, max_windows=16)
 
-    if not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.target_lr,
+    if kept is None and not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.target_lr,
                lm_loss, "target", tmp / "target.pt", deadline, None if args.fast else watch):
         return
 
@@ -325,7 +336,8 @@ def main(argv=None):
     if not fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.draft_lr,
                kd_loss, "draft", tmp / "draft.pt", deadline):
         return
-    target_minutes, draft_minutes = minutes_spent(tmp / "target.pt"), minutes_spent(tmp / "draft.pt")
+    draft_minutes = minutes_spent(tmp / "draft.pt")
+    target_minutes = minutes_spent(tmp / "target.pt") if kept is None else kept.get("minutes", {}).get("target", 0.0)
 
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
     common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
@@ -334,8 +346,11 @@ def main(argv=None):
                   device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(sys.argv[1:] if argv is None else argv),
                   date=time.strftime("%Y-%m-%d"))
     folders = {"target": out / "target", "draft": out / "draft"}
+    if kept is not None and args.target_from.resolve() != folders["target"].resolve():
+        shutil.copytree(args.target_from, folders["target"], dirs_exist_ok=True)
     for name, model in (("target", target), ("draft", draft)):
-        save(model, tokenizer, folders[name], "")  # weights first: acceptance is measured on the saved pair
+        if name == "draft" or kept is None:
+            save(model, tokenizer, folders[name], "")  # weights first: acceptance is measured on the saved pair
     prompts = held_out_prompts(tokenizer, held_texts, 2 if args.fast else 32, 8 if args.fast else 24)
     rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], 8 if args.fast else 48)
     summary = {
@@ -343,6 +358,13 @@ def main(argv=None):
         "draft": "The draft of minibass's demo pair, distilled from the target (KL to its distributions).",
     }
     for name, model in (("target", target), ("draft", draft)):
+        if name == "target" and kept is not None:  # a kept target keeps its card; only the pair's acceptance changes
+            card = (folders[name] / "README.md").read_text()
+            row = "| acceptance (this pair, held-out prompts, minibass `speculative_generate`) | "
+            (folders[name] / "README.md").write_text("\n".join(
+                row + ", ".join(f"{k}: {v}" for k, v in rates.items()) + " |" if line.startswith(row) else line
+                for line in card.splitlines()) + "\n")
+            continue
         hidden, layers, heads, kv_heads = shapes[name]
         card = MODEL_CARD.format(role=name, summary=summary[name], layers=layers, hidden=hidden, heads=heads,
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),

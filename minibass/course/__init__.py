@@ -1,0 +1,72 @@
+"""What the course (``tutorial/``) imports besides minibass itself: the mode, the exercise checks'
+report, and the recorded GPU results.
+
+``FAST`` is the mode the test suite runs the chapters in (``MINIBASS_COURSE_FAST=1``): smaller
+sizes, the same code. ``Report`` is what every exercise check returns and prints: ``Passed``, or
+``Failed`` with a small table of what differed. The checks themselves are in ``checks.py``; the
+learner notebooks are built by ``build.py`` (``python -m minibass.course build``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FAST = os.environ.get("MINIBASS_COURSE_FAST") == "1"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (the chapters and bench_results/ live there)
+
+
+def size(fast, full):
+    """``fast`` in the tests' mode, ``full`` for a learner."""
+    return fast if FAST else full
+
+
+@dataclass
+class Report:
+    """The outcome of an exercise check: passed, or the rows that differed (at most ``limit`` shown)."""
+
+    name: str
+    rows: list[dict] = field(default_factory=list)
+    error: str | None = None
+    cases: int = 0
+    limit: int = 6
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.rows and self.cases > 0
+
+    def __str__(self) -> str:
+        if self.passed:
+            return f"Passed: {self.name} ({self.cases} cases)"
+        if self.error is not None:
+            return f"Failed: {self.name}\n  {self.error}"
+        if not self.cases:
+            return f"Failed: {self.name}\n  no case was checked"
+        keys = list(self.rows[0])
+        shown = [[_fmt(r[k]) for k in keys] for r in self.rows[:self.limit]]
+        widths = [max(len(k), *(len(row[i]) for row in shown)) for i, k in enumerate(keys)]
+        lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} cases differ)",
+                 "  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths)),
+                 "  " + "  ".join("-" * w for w in widths)]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in shown]
+        if len(self.rows) > self.limit:
+            lines.append(f"  ... and {len(self.rows) - self.limit} more")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle):  # IPython shows the same table
+        printer.text(str(self))
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    text = str(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def gpu_results(folder: Path | None = None) -> dict:
+    """The committed GPU benchmark results (``bench_results/*-cuda.json``), by name; {} if none were recorded."""
+    folder = folder or ROOT / "bench_results"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*-cuda.json"))} if folder.is_dir() else {}

@@ -1,0 +1,381 @@
+"""The exercise checks of the course, one per chapter exercise.
+
+Each ``check_*`` runs the learner's function on many cases, compares it with minibass's own
+answer (or with an exact distribution), prints a ``Report`` and returns it: ``Passed``, or
+``Failed`` with a table of what differed. An exception raised by the learner's code (the
+notebook's stub raises ``NotImplementedError``) is a failure with its message, never a crash of
+the check. The test suite proves that each check fails on the stub and on a planted wrong
+answer, and passes on the chapter's reference solution.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import traceback
+from collections import Counter
+
+import numpy as np
+import torch
+
+from . import FAST, Report
+
+
+def _check(name: str):
+    """Turns ``body(report, *args)`` into a check that catches the learner's exceptions and prints."""
+    def wrap(body):
+        @functools.wraps(body)
+        def run(*args, quiet: bool = False, **kwargs) -> Report:
+            report = Report(name)
+            try:
+                body(report, *args, **kwargs)
+            except NotImplementedError as e:
+                report.error = f"not written yet ({e or 'NotImplementedError'})"
+            except Exception as e:  # the learner's code raised: show where
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                report.error = f"{type(e).__name__}: {e} (line {where.lineno} of {where.name})"
+            if not quiet:
+                print(report)
+            return report
+        return run
+    return wrap
+
+
+# ---- chapter 01: the roofline ------------------------------------------------------------------------------
+
+@_check("roofline step time and critical batch")
+def check_roofline(report: Report, roofline_time, critical_batch):
+    """roofline_time(flops, bytes, peak, bandwidth) -> seconds; critical_batch(shape, hw) -> int."""
+    from .. import costmodel as cm
+
+    g = np.random.default_rng(1)
+    for _ in range(20):
+        flops, nbytes = 10 ** g.uniform(6, 14), 10 ** g.uniform(6, 11)
+        peak, bw = 10 ** g.uniform(10, 15), 10 ** g.uniform(9, 13)
+        want, got = max(flops / peak, nbytes / bw), float(roofline_time(flops, nbytes, peak, bw))
+        report.cases += 1
+        if not math.isclose(got, want, rel_tol=1e-9):
+            report.rows.append({"case": f"flops {flops:.3g}, bytes {nbytes:.3g}, peak {peak:.3g}, bw {bw:.3g}",
+                                "expected": want, "got": got})
+    shapes = {"demo-like 12x256": cm.ModelShape(12, 256, 8, 4, 688, 4096),
+              "7B-like 32x4096": cm.ModelShape(32, 4096, 32, 32, 11008, 32000, tied=False)}
+    for name, shape in shapes.items():
+        for hw in cm.GPUS:
+            want, got = cm.critical_batch(shape, hw), int(critical_batch(shape, hw))
+            report.cases += 1
+            if got != want:
+                report.rows.append({"case": f"{name} on {hw.name}", "expected": want, "got": got})
+
+
+# ---- chapter 02: packing ragged prompts --------------------------------------------------------------------
+
+@_check("positions of packed tokens")
+def check_positions(report: Report, positions_fn):
+    """positions_fn(q_lens, lengths) -> long [sum(q_lens)]: each packed token's absolute position."""
+    from ..cache import pack_positions
+
+    g = torch.Generator().manual_seed(2)
+    cases = [([3, 1, 2], [0, 0, 0]), ([1, 1], [5, 9]), ([0, 2, 0, 1], [4, 4, 7, 0])]
+    for _ in range(30):
+        b = int(torch.randint(1, 7, (1,), generator=g))
+        cases.append((torch.randint(0, 5, (b,), generator=g).tolist(), torch.randint(0, 20, (b,), generator=g).tolist()))
+    for q_lens, lengths in cases:
+        q, c = torch.tensor(q_lens), torch.tensor(lengths)
+        want = pack_positions(q, c)[2]
+        got = torch.as_tensor(positions_fn(q.clone(), c.clone())).long().flatten()
+        report.cases += 1
+        if got.shape != want.shape or not torch.equal(got, want):
+            report.rows.append({"q_lens": q_lens, "lengths": lengths, "expected": want.tolist(), "got": got.tolist()})
+
+
+# ---- chapter 03: one accept / resample position ------------------------------------------------------------
+
+def _p_q_cases(seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    out = [(torch.tensor([0.4, 0.3, 0.2, 0.1]), torch.tensor([0.1, 0.2, 0.3, 0.4])),
+           (torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.25, 0.25, 0.25, 0.25])),  # p(x) = 0 for some x ~ q
+           (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.7, 0.3, 0.0, 0.0])),  # q(x) = 0 for some x
+           (torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.tensor([0.1, 0.2, 0.3, 0.4]))]  # p == q: nothing rejected
+    for _ in range(12):
+        p, q = torch.rand(4, generator=g) ** 3, torch.rand(4, generator=g) ** 3
+        p[torch.rand(4, generator=g) < 0.2] = 0
+        p[0] += 1e-3
+        out.append((p, q))
+    return [(p.double() / p.double().sum(), q.double() / q.double().sum()) for p, q in out]
+
+
+def emitted_distribution(accept_probability, residual, p, q):
+    """Exact distribution of the emitted token: draft x ~ q, keep it with accept_probability(p, q, x),
+    else draw from residual(p, q)."""
+    out = torch.zeros_like(p)
+    rejected = 0.0
+    for x in range(len(q)):
+        if q[x] > 0:
+            a = float(accept_probability(p, q, x))
+            out[x] += q[x] * a
+            rejected += float(q[x]) * (1 - a)
+    if rejected > 1e-15:
+        out += rejected * torch.as_tensor(residual(p, q), dtype=torch.float64)
+    return out
+
+
+@_check("accept with min(1, p/q), resample from norm(max(0, p - q))")
+def check_accept_resample(report: Report, accept_probability, residual, rows: int | None = None, alpha: float = 1e-6):
+    """Enumeration (total variation <= 1e-12) and a G-test on sampled rows, for each (p, q) case."""
+    from ..oracle.stats import critical_value, g_test
+
+    rows = rows or (20_000 if FAST else 100_000)
+    g = np.random.default_rng(3)
+    cases = _p_q_cases()
+    for i, (p, q) in enumerate(cases):
+        out = emitted_distribution(accept_probability, residual, p, q)
+        tv = 0.5 * float((out - p).abs().sum())
+        report.cases += 1
+        if not tv <= 1e-12:
+            report.rows.append({"case": i, "check": "enumeration", "p": _r(p), "q": _r(q), "emitted": _r(out),
+                                "TV": tv})
+    p, q = cases[0]  # sampled, as a program would run it
+    xs = g.choice(4, size=rows, p=q.numpy() / q.numpy().sum())
+    accept = np.array([float(accept_probability(p, q, x)) for x in range(4)])[xs]
+    kept = g.random(rows) < accept
+    r = torch.as_tensor(residual(p, q), dtype=torch.float64).clamp(min=0).numpy()
+    ys = g.choice(4, size=rows, p=r / r.sum())
+    counts = Counter(np.where(kept, xs, ys).tolist())
+    test = g_test(counts, {x: float(p[x]) for x in range(4)})
+    report.cases += 1
+    if test.statistic > critical_value(test.dof, alpha):
+        report.rows.append({"case": 0, "check": f"G-test, {rows} rows", "p": _r(p), "q": _r(q),
+                            "emitted": _r(torch.tensor([counts[x] / rows for x in range(4)])),
+                            "TV": f"G = {test.statistic:.1f} > {critical_value(test.dof, alpha):.1f}"})
+
+
+def _r(t) -> str:
+    return "[" + ", ".join(f"{float(x):.3f}" for x in t) + "]"
+
+
+# ---- chapter 04: telling exact samplers from broken ones ---------------------------------------------------
+
+@_check("is_exact classifies the correct sampler and every known bug")
+def check_is_exact(report: Report, is_exact):
+    """is_exact(sampler) -> bool, for rejection_sample (True) and each oracle.known_bugs.SAMPLERS (False)."""
+    from ..oracle.known_bugs import SAMPLERS
+    from ..rejection import rejection_sample
+
+    for name, sampler, want in [("rejection_sample", rejection_sample, True),
+                                *((n, s, False) for n, s in SAMPLERS.items())]:
+        got = bool(is_exact(sampler))
+        report.cases += 1
+        if got != want:
+            report.rows.append({"sampler": name, "expected": want, "got": got})
+
+
+# ---- chapter 05: what the caches keep after a step ---------------------------------------------------------
+
+def kept_lengths_reference(target_len: int, k: int, n: int) -> tuple[int, int]:
+    """The loop's invariants (minibass/speculative.py): a sequence of m = target_len + 1 tokens drafts k
+    and accepts n; the target keeps m + n tokens, the draft min(m + k - 1, m + n)."""
+    m = target_len + 1
+    return m + n, min(m + k - 1, m + n)
+
+
+@_check("cache lengths kept after a step, for every n <= k")
+def check_kept_lengths(report: Report, kept_lengths):
+    """kept_lengths(target_len, k, n) -> (target cache length, draft cache length) after roll-back."""
+    for target_len in (0, 1, 7, 30):
+        for k in range(1, 7):
+            for n in range(k + 1):
+                want = kept_lengths_reference(target_len, k, n)
+                got = tuple(int(x) for x in kept_lengths(target_len, k, n))
+                report.cases += 1
+                if got != want:
+                    report.rows.append({"target_len": target_len, "k": k, "n": n, "expected": want, "got": got})
+
+
+# ---- chapter 06: BASS-PAD ----------------------------------------------------------------------------------
+
+@_check("BASS-PAD attention against the float64 specification")
+def check_padded_attention(report: Report, attention_fn, cases: int | None = None):
+    """attention_fn has the signature of minibass.attention (section 1 of the contract); ragged batches with
+    idle sequences, GQA, odd head dims and NaN / inf in every stale cache slot."""
+    from ..oracle import check_attention
+
+    verdict = check_attention(attention_fn, cases=cases or (30 if FAST else 100))
+    report.cases += cases or (30 if FAST else 100)
+    for c in verdict.failures():
+        report.rows.append({"check": c.name, "max error": c.statistic, "tolerance": c.threshold, "case": c.detail})
+
+
+# ---- chapter 07: the online softmax ------------------------------------------------------------------------
+
+def online_softmax_reference(m_i, l_i, acc, scores, v):
+    """One KV block of the online softmax (Milakov & Gimelshein 2018; FlashAttention):
+    m_new = max(m_i, rowmax(s)); alpha = exp(m_i - m_new); P = exp(s - m_new);
+    l_new = alpha l_i + rowsum(P); acc_new = alpha acc + P V."""
+    m_new = torch.maximum(m_i, scores.max(1).values)  # (M,)
+    alpha = torch.exp(m_i - m_new)  # (M,)  0 when m_i = -inf (first block)
+    p = torch.exp(scores - m_new[:, None])  # (M, N)
+    return m_new, alpha * l_i + p.sum(1), alpha[:, None] * acc + p @ v
+
+
+@_check("online softmax: one KV block at a time equals the whole softmax")
+def check_online_softmax(report: Report, step_fn):
+    """step_fn(m_i [M], l_i [M], acc [M, D], scores [M, N], v [N, D]) -> (m_new, l_new, acc_new)."""
+    g = torch.Generator().manual_seed(7)
+    for case in range(12):
+        m_rows, d, blocks, n = 1 + case % 5, 3 + case % 4, 1 + case % 4, 16
+        scores = torch.randn(m_rows, blocks * n, generator=g, dtype=torch.float64) * (1 + 10 * (case % 3))
+        scores[torch.rand(scores.shape, generator=g) < 0.3] = float("-inf")  # masked keys
+        scores[:, ::n] = torch.randn(m_rows, blocks, generator=g, dtype=torch.float64)  # >= 1 visible per block
+        v = torch.randn(blocks * n, d, generator=g, dtype=torch.float64)
+        want = torch.softmax(scores, 1) @ v
+        m_i = torch.full((m_rows,), float("-inf"), dtype=torch.float64)
+        l_i, acc = torch.zeros(m_rows, dtype=torch.float64), torch.zeros(m_rows, d, dtype=torch.float64)
+        for j in range(blocks):
+            m_i, l_i, acc = step_fn(m_i, l_i, acc, scores[:, j * n:(j + 1) * n], v[j * n:(j + 1) * n])
+        got = acc / l_i[:, None]
+        report.cases += 1
+        err = float((got - want).abs().max()) if got.shape == want.shape else float("inf")
+        if not err <= 1e-10:
+            report.rows.append({"case": case, "rows": m_rows, "blocks": blocks, "max error": err, "tolerance": 1e-10})
+
+
+# ---- chapters 08 and 09: the loop, and a draft-length policy -----------------------------------------------
+
+def table_pair(vocab: int = 5, seed: int = 11):
+    """A small lookup-table target and a draft that roughly agrees with it (acceptance about 0.7)."""
+    from ..table import TableLM
+
+    target = TableLM.random(vocab, order=1, seed=seed, sharpness=1.5)
+    noise = torch.randn(target.table.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    return target, TableLM(target.table + 0.8 * noise, order=1)
+
+
+def _fit(report: Report, label: str, run, n_tokens: int = 2, samples: int = 3000, alpha: float = 1e-6):
+    """G-test of the first n_tokens of ``run(prompts, n, seed)`` against the target's exact distribution."""
+    from .. import exact
+    from ..oracle.stats import critical_value, g_test
+
+    target, _ = table_pair()
+    prompt = [1]
+    want = exact.autoregressive_distribution(target, prompt, n_tokens)
+    exact_events = {tuple(ix): float(want[tuple(ix)]) for ix in torch.nonzero(want > 0).tolist()}
+    tokens = run([prompt] * samples, n_tokens, 5)
+    counts = Counter(tuple(t[:n_tokens]) for t in tokens)
+    test = g_test(counts, exact_events)
+    report.cases += 1
+    if test.statistic > critical_value(test.dof, alpha):
+        report.rows.append({"check": f"{label}: G-test of {samples} samples of {n_tokens} tokens",
+                            "statistic": test.statistic, "threshold": critical_value(test.dof, alpha)})
+
+
+@_check("an assembled step: greedy equality and the output distribution")
+def check_step(report: Report, step_fn):
+    """step_fn has the signature of minibass.speculative.step; it replaces the loop's step."""
+    from .. import SamplingParams, generate, speculative_generate
+
+    target, draft = table_pair()
+    prompts = [[1], [2, 3, 4], [0, 0], [4, 1, 2, 3, 0, 1]]
+    greedy = SamplingParams(temperature=0.0)
+    want = generate(target, prompts, 12, sampling=greedy).tokens
+    for k in (1, 3):
+        got = speculative_generate(target, draft, prompts, 12, sampling=greedy, draft_length=k, step=step_fn).tokens
+        report.cases += 1
+        if got != want:
+            bad = next(b for b in range(len(prompts)) if got[b] != want[b])
+            report.rows.append({"check": f"greedy, k={k}, sequence {bad}", "expected": want[bad], "got": got[bad]})
+    _fit(report, "sampled, k=3", lambda p, n, seed: speculative_generate(
+        target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens)
+
+
+POLICY_COSTS = dict(draft_call=0.08, verify_base=1.0, verify_per_token=0.05)  # in regular-step units
+
+
+def policy_cost(policy_or_k, *, batch: int = 16, tokens: int = 48, seed: int = 0) -> float:
+    """Cost per emitted token of a greedy run on the table pair, in regular-step units: each step costs
+    ``POLICY_COSTS`` (one verify of k + 1 tokens and k draft calls), counted from the run, not timed."""
+    from .. import SamplingParams, speculative_generate
+    from ..draft_length import DraftCosts
+
+    target, draft = table_pair()
+    prompts = [[b % target.vocab_size] for b in range(batch)]
+    result = speculative_generate(target, draft, prompts, tokens, draft_length=policy_or_k, seed=seed,
+                                  sampling=SamplingParams(temperature=1.0))
+    costs = DraftCosts(**POLICY_COSTS)
+    return sum(costs.step(k) for k in result.stats.draft_lengths) / result.stats.new_tokens
+
+
+@_check("a draft-length policy: exact output, cost near the best fixed k")
+def check_policy(report: Report, make_policy, margin: float = 0.10):
+    """make_policy() -> a fresh policy object (lengths / update, see minibass.draft_length)."""
+    from .. import speculative_generate
+
+    target, draft = table_pair()
+    _fit(report, "sampled", lambda p, n, seed: speculative_generate(
+        target, draft, p, n, draft_length=make_policy(), seed=seed).tokens)
+    best = min((policy_cost(k), k) for k in range(1, 9))
+    got = policy_cost(make_policy())
+    report.cases += 1
+    if got > best[0] * (1 + margin):
+        report.rows.append({"check": "cost per token (regular steps)", "best fixed k": f"{best[0]:.3f} (k={best[1]})",
+                            "yours": f"{got:.3f}", "allowed": f"{best[0] * (1 + margin):.3f}"})
+
+
+# ---- chapter 10: predicting tokens per second --------------------------------------------------------------
+
+@_check("predicted tokens/s within 25% of a live run")
+def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25):
+    """predict(regular, verify, draft, k, alpha, batch) -> tokens/s; ``run`` holds those inputs (seconds per
+    regular step, per verify of k + 1 tokens, per draft call; acceptance alpha) and the measured tokens/s."""
+    keys = ("regular", "verify", "draft", "k", "alpha", "batch")
+    got = float(predict(*(run[k] for k in keys)))
+    report.cases += 1
+    if not abs(got / run["tokens_per_second"] - 1) <= tolerance:
+        report.rows.append({"predicted tokens/s": got, "measured tokens/s": run["tokens_per_second"],
+                            "off by": f"{got / run['tokens_per_second'] - 1:+.0%}", "allowed": f"±{tolerance:.0%}"})
+
+
+# ---- chapter 11: an adapter for someone else's sampler -----------------------------------------------------
+
+def foreign_sampler(draft_tokens: list[int], q: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> list[int]:
+    """Another engine's rejection step, one sequence at a time, numpy in and out: q [k, V], p [k + 1, V];
+    returns the emitted tokens (the accepted drafts, then one more)."""
+    out = []
+    for i, x in enumerate(draft_tokens):
+        if rng.random() * q[i, x] < p[i, x]:  # u < p/q, without dividing
+            out.append(int(x))
+            continue
+        residual = np.maximum(p[i] - q[i], 0)
+        out.append(int(rng.choice(len(residual), p=residual / residual.sum())))
+        return out
+    out.append(int(rng.choice(p.shape[1], p=p[len(draft_tokens)] / p[len(draft_tokens)].sum())))
+    return out
+
+
+def foreign_sampler_buggy(draft_tokens: list[int], q: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> list[int]:
+    """The planted twin: after a rejection it resamples from p itself instead of the residual."""
+    out = []
+    for i, x in enumerate(draft_tokens):
+        if rng.random() * q[i, x] < p[i, x]:
+            out.append(int(x))
+            continue
+        out.append(int(rng.choice(p.shape[1], p=p[i] / p[i].sum())))
+        return out
+    out.append(int(rng.choice(p.shape[1], p=p[len(draft_tokens)] / p[len(draft_tokens)].sum())))
+    return out
+
+
+@_check("an adapter: the oracle passes the sampler and fails its planted twin")
+def check_adapter(report: Report, wrap, rows: int | None = None):
+    """wrap(foreign) -> a function with rejection_sample's signature calling ``foreign`` row by row."""
+    from ..oracle import check_sampler
+
+    rows = rows or (20_000 if FAST else 50_000)
+    for name, foreign, want in (("foreign_sampler", foreign_sampler, True),
+                                ("foreign_sampler_buggy", foreign_sampler_buggy, False)):
+        verdict = check_sampler(wrap(foreign), rows=rows)
+        report.cases += 1
+        if verdict.ok != want:
+            failed = verdict.failures()
+            report.rows.append({"sampler": name, "oracle verdict": "PASS" if verdict.ok else "FAIL",
+                                "expected": "PASS" if want else "FAIL",
+                                "first failed check": failed[0].name if failed else "-"})

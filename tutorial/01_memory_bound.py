@@ -1,0 +1,136 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # 01 · Why is decoding memory-bound, and why does batching change that?
+#
+# File: `minibass/costmodel.py` (the cost model every later chapter and the benchmarks use).
+#
+# A forward call over `N = B·t` new tokens (`B` sequences, `t` tokens each) multiplies every
+# weight by each token: about `2 · N · P` FLOPs for `P` weights, while it must read every weight
+# at least once: `b · P` bytes (`b` = 2 for bf16). Its **arithmetic intensity** is therefore
+#
+# $$ I = \frac{\text{FLOPs}}{\text{bytes}} \approx \frac{2 N P}{b P} = \frac{2 N}{b}. $$
+#
+# A device does at most `peak` FLOP/s and moves at most `bandwidth` bytes/s, so a call takes at least
+#
+# $$ t_\text{step} = \max\left(\frac{\text{FLOPs}}{\text{peak}}, \frac{\text{bytes}}{\text{bandwidth}}\right)
+#   \qquad \text{(the roofline, Williams et al. 2009)}. $$
+#
+# Below the **ridge point** `peak / bandwidth` the bytes term wins: the call is *memory-bound*
+# and more tokens per call are almost free. Decoding one token per sequence at batch 1 sits far
+# below it; batching (more sequences) and speculation (more tokens per sequence, in the verify
+# call) both move the call to the right.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minibass import costmodel as cm
+from minibass import zoo
+from minibass.bench.common import call_ms
+from minibass.course import size
+from minibass.loading import load_model
+from transformers import AutoConfig
+
+target_dir, draft_dir = zoo.demo_paths()
+demo = cm.ModelShape.from_config(AutoConfig.from_pretrained(target_dir), bytes_per_element=4)  # fp32 on the CPU
+llama7b = cm.ModelShape(layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008, vocab=32000, tied=False)
+for name, shape in [("demo target (fp32)", demo), ("Llama-2-7B shape (bf16)", llama7b)]:
+    print(f"{name}: {shape.params / 1e6:.1f}M parameters; intensity at batch x tokens = "
+          + ", ".join(f"{n}: {shape.intensity(n, 1, 128):.1f}" for n in (1, 8, 64, 512)) + " FLOPs/byte")
+
+# %% [markdown]
+# Now the devices. This machine's CPU is measured live (a matrix multiply for FLOP/s, a sum over a
+# large tensor for bandwidth); the three data-centre GPUs come from NVIDIA's spec sheets (dense
+# bf16 tensor-core peak, HBM bandwidth; the links are in `costmodel.GPUS[i].source`).
+
+# %%
+cpu = cm.measure_cpu(megabytes=size(64, 256))
+for hw in (cpu, *cm.GPUS):
+    print(f"{hw.name:32s} peak {hw.peak_flops / 1e12:8.2f} TFLOP/s  bandwidth {hw.bandwidth / 1e9:7.0f} GB/s  "
+          f"ridge point {hw.ridge_point:6.1f} FLOPs/byte   ({hw.source.split('/')[2] if '//' in hw.source else hw.source})")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 4))
+intensity = np.logspace(-1, 4, 200)
+for hw, color in zip((cpu, *cm.GPUS), ("tab:gray", "tab:green", "tab:blue", "tab:purple")):
+    ax.loglog(intensity, np.minimum(hw.peak_flops, hw.bandwidth * intensity), color=color, label=hw.name)
+    ax.axvline(hw.ridge_point, color=color, linestyle=":", linewidth=1)
+for batch in (1, 8, 64):
+    i = llama7b.intensity(batch, 1, 128)
+    ax.axvline(i, color="tab:red", alpha=0.3)
+    ax.annotate(f"7B decode, batch {batch}", (i, 2e11), rotation=90, fontsize=8, color="tab:red")
+ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
+ax.set_ylabel("attainable throughput (FLOP/s)")
+ax.set_title("roofline: the CPU measured now, GPUs from spec sheets")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What to see: a 7B model decoding one token per sequence sits left of every ridge point (dotted
+# lines), on the sloped, memory-bound part of each roof, until the batch reaches the hundreds on a GPU.
+#
+# ## On this CPU, measured
+#
+# The demo target is tiny (10 M parameters): its weights fit in the CPU's caches, so neither
+# roof binds and a call costs mostly fixed overhead per layer. Time one call as the number of
+# tokens in it grows:
+
+# %%
+target = load_model(target_dir)
+tokens = size([1, 4, 16, 64], [1, 2, 4, 8, 16, 32, 64, 128])
+ms = [call_ms(target, batch, 64, 1, reps=size(3, 10)) for batch in tokens]
+predicted = [1e3 * cm.step_time(demo, cpu, batch, 1, 64) for batch in tokens]
+fig, ax = plt.subplots(figsize=(6, 3.4))
+ax.plot(tokens, ms, "o-", label="measured (demo target, 1 token per sequence)")
+ax.plot(tokens, predicted, "s--", label="roofline alone (no fixed costs)")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("batch (sequences in one call, 64 cached tokens each)")
+ax.set_ylabel("time per call (ms)")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+print("ms per call:", dict(zip(tokens, [round(x, 2) for x in ms])))
+
+# %% [markdown]
+# What to see: the measured time per call grows far more slowly than the number of tokens in it
+# (and sits well above the bare roofline): 16 tokens cost much less than 16 one-token calls. That
+# is why a verify call of `k + 1` tokens is cheap, on this CPU for overhead reasons, on a GPU for
+# bandwidth reasons.
+#
+# ## Exercise
+#
+# Write `roofline_time(flops, bytes_, peak, bandwidth)` and `critical_batch(shape, hw)`: the
+# smallest batch at which one decode call (1 token per sequence, empty cache) becomes
+# compute-bound. Use `shape.flops(batch, 1, 0)` and `shape.bytes(batch, 1, 0)`.
+
+# %%
+def roofline_time(flops, bytes_, peak, bandwidth):
+    # BEGIN SOLUTION
+    return max(flops / peak, bytes_ / bandwidth)
+    # END SOLUTION
+
+
+def critical_batch(shape, hw):
+    # BEGIN SOLUTION
+    batch = 1
+    while roofline_time(shape.flops(batch, 1, 0), shape.bytes(batch, 1, 0), hw.peak_flops, hw.bandwidth) \
+            > shape.flops(batch, 1, 0) / hw.peak_flops:
+        batch += 1
+    return batch
+    # END SOLUTION
+
+
+# %%
+from minibass.course.checks import check_roofline
+
+check_roofline(roofline_time, critical_batch)
+for hw in cm.GPUS:
+    print(f"{hw.name}: a 7B model becomes compute-bound at batch {cm.critical_batch(llama7b, hw)}")

@@ -290,7 +290,7 @@ def check_step(report: Report, step_fn):
 POLICY_COSTS = dict(draft_call=0.08, verify_base=1.0, verify_per_token=0.05)  # in regular-step units
 
 
-def policy_cost(policy_or_k, *, batch: int = 16, tokens: int = 48, seed: int = 0) -> float:
+def policy_cost(policy_or_k, *, batch: int = 64, tokens: int = 64, seed: int = 0) -> float:
     """Cost per emitted token of a greedy run on the table pair, in regular-step units: each step costs
     ``POLICY_COSTS`` (one verify of k + 1 tokens and k draft calls), counted from the run, not timed."""
     from .. import SamplingParams, speculative_generate

@@ -1,0 +1,148 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # 06 · What do naive, BASS-PAD and BASS-SPLIT cost?
+#
+# Files: `minibass/attention/naive.py` (the specification), `padded.py` (BASS-PAD), `split.py`
+# (BASS-SPLIT), `cost.py` (what each computes), `base.py` (the one signature they share).
+#
+# After a speculative step, sequence `b` has `q_b` new queries over `kv_b` cached keys, and the
+# numbers differ per sequence. Query `i` of `b` sits at position `kv_b − q_b + i` and sees keys
+# `0 … kv_b − q_b + i`. Useful work for `QKᵀ` and `PV` together, with `H` heads of dimension `D`:
+#
+# $$ \text{useful} = \sum_b 4 H D \sum_{i<q_b} (kv_b - q_b + i + 1). $$
+#
+# * **naive / BASS-SPLIT** compute each sequence's own rectangle `q_b × kv_b` (the causal
+#   triangle masked): `4 H D Σ_b q_b kv_b`, but SPLIT launches one attention call per sequence.
+# * **BASS-PAD** pads everything to the batch maxima: `4 H D · B · max q · max kv`, in one call.
+# * **ragged** (chapter 07) computes tiles up to the last visible key, in one launch.
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from minibass.attention import BACKENDS, cost
+from minibass.course import size
+
+q_lens, kv_lens = [5, 1, 3, 0, 2, 5, 4, 1], [40, 120, 75, 60, 300, 33, 90, 18]
+c = cost(q_lens, kv_lens, n_heads=8, n_kv_heads=4, head_dim=64)
+print(f"useful GFLOPs per layer: {c.useful_flops / 1e9:.4f}")
+for name in ("naive", "split", "padded", "ragged"):
+    print(f"{name:7s} computes {c.flops[name] / 1e9:.4f} GFLOPs ({c.waste(name):5.2f}x useful), "
+          f"moves {c.bytes[name] / 1e6:6.2f} MB, {c.launches[name]:3d} attention launches per layer")
+
+# %% [markdown]
+# ## PAD's waste grows with the spread of lengths
+#
+# Eight sequences with mean cache length 256 and lengths spread uniformly by ± `spread`; each
+# verifies 5 tokens:
+
+# %%
+rng = np.random.default_rng(0)
+spreads = np.linspace(0, 250, 11)
+waste = []
+for spread in spreads:
+    kvs = (256 + rng.uniform(-spread, spread, size=8)).astype(int).tolist()
+    waste.append(cost([5] * 8, kvs, n_heads=8, n_kv_heads=4, head_dim=64).waste("padded"))
+fig, ax = plt.subplots(figsize=(5.5, 3.2))
+ax.plot(spreads, waste, "o-")
+ax.set_xlabel("spread of cache lengths around 256 (± tokens)")
+ax.set_ylabel("PAD FLOPs / useful FLOPs")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What to see: with equal lengths PAD wastes nothing; as the batch goes ragged, it computes up to
+# more and more: about the longest length over the mean length, times the same ratio for the queries.
+#
+# ## Timed on this CPU
+#
+# The same ragged batch through each backend (`ragged` runs in Triton's interpreter on a CPU, so
+# it is left out of timings here; chapter 07 runs it). The output of each is compared with the
+# specification.
+
+# %%
+def ragged_batch(q_lens, kv_lens, heads=8, kv_heads=4, dim=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    capacity = max(kv_lens) + 8
+    k = torch.randn(len(q_lens), kv_heads, capacity, dim, generator=g)
+    v = torch.randn(len(q_lens), kv_heads, capacity, dim, generator=g)
+    for b, kv in enumerate(kv_lens):  # stale slots hold garbage, NaN included
+        k[b, :, kv:], v[b, :, kv:] = float("nan"), float("nan")
+    q = torch.randn(sum(q_lens), heads, dim, generator=g)
+    return q, k, v, torch.tensor(q_lens), torch.tensor(kv_lens)
+
+
+inputs = ragged_batch(q_lens, kv_lens)
+spec = BACKENDS["naive"](*(x.double() if x.is_floating_point() else x for x in inputs))
+times = {}
+for name in ("naive", "split", "padded"):
+    fn = BACKENDS[name]
+    fn(*[x.clone() for x in inputs])  # warm-up
+    runs = []
+    for _ in range(size(5, 20)):
+        args = [x.clone() for x in inputs]
+        start = time.perf_counter()
+        out = fn(*args)
+        runs.append(time.perf_counter() - start)
+    times[name] = 1e3 * float(np.median(runs))
+    print(f"{name:7s} {times[name]:7.3f} ms   max error vs float64 spec {float((out.double() - spec).abs().max()):.1e}")
+fig, ax = plt.subplots(figsize=(5, 2.6))
+ax.barh(list(times), list(times.values()))
+ax.set_xlabel("time per attention call (ms, this CPU, median)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What to see: on a CPU the backend with the fewest separate operations (PAD: two batched
+# matmuls) wins despite its wasted FLOPs; naive pays Python loops per sequence and head. On a GPU
+# the ranking can change with the batch's raggedness (the benchmarks in the README measure it).
+#
+# ## Exercise
+#
+# Write BASS-PAD: `padded_attention(q, k_cache, v_cache, q_lens, kv_lens)` with the signature of
+# `minibass.attention` (`q [N, H, D]` packed, caches `[B, Hk, C, D]`). Pad the queries to
+# `[B, H, Tq, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask padding
+# and future keys to `−inf` **before** the softmax, and gather the valid rows back. Careful: stale
+# cache slots hold NaN, and `0 · NaN = NaN`.
+
+# %%
+import torch
+
+
+def padded_attention(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    # BEGIN SOLUTION
+    batch, kv_heads, _, dim = k_cache.shape
+    heads = q.shape[1]
+    scale = dim ** -0.5 if scale is None else scale
+    tq, tk = int(q_lens.max()), int(kv_lens.max())
+    seq = torch.repeat_interleave(torch.arange(batch), q_lens)  # (N,) sequence of each packed query
+    row = torch.arange(len(q)) - (torch.cumsum(q_lens, 0) - q_lens)[seq]  # (N,) its index within the sequence
+    q_pad = q.new_zeros(batch, tq, heads, dim).double()
+    q_pad[seq, row] = q.double()
+    k = k_cache[:, :, :tk].double().repeat_interleave(heads // kv_heads, 1)  # (B, H, Tk, D)
+    v = v_cache[:, :, :tk].double().repeat_interleave(heads // kv_heads, 1)
+    key = torch.arange(tk)
+    position = kv_lens[:, None] - q_lens[:, None] + torch.arange(tq)[None, :]  # (B, Tq) each query's position
+    visible = (key[None, None, :] <= position[:, :, None]) & (key[None, None, :] < kv_lens[:, None, None])
+    v = torch.where((key[None, :] < kv_lens[:, None])[:, None, :, None], v, 0)  # no NaN from stale slots
+    scores = torch.einsum("bthd,bhkd->bhtk", q_pad, k) * scale
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    out = torch.einsum("bhtk,bhkd->bthd", torch.softmax(scores, -1).nan_to_num(0.0), v)  # (B, Tq, H, D)
+    return out[seq, row].to(q.dtype)
+    # END SOLUTION
+
+
+# %%
+from minibass.course.checks import check_padded_attention
+
+check_padded_attention(padded_attention)

@@ -184,3 +184,15 @@ def calibrate(hw: Hardware, shapes_and_seconds: list[tuple[ModelShape, int, int,
     if not var:  # one depth only: all of it per call
         slope, intercept = 0.0, max(0.0, my)
     return replace(hw, call_overhead=intercept, layer_overhead=slope)
+
+
+def alpha_from_accepted(mean_accepted: float, k: int) -> float:
+    """The per-token acceptance alpha whose expected accepted prefix, alpha (1 - alpha^k) / (1 - alpha),
+    equals ``mean_accepted`` draft tokens per step (by bisection: the prefix grows with alpha)."""
+    if not 0 <= mean_accepted <= k:
+        raise ValueError(f"mean_accepted must be in [0, k] = [0, {k}], got {mean_accepted}")
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        alpha = (low + high) / 2
+        low, high = (alpha, high) if expected_tokens(alpha, k) - 1 < mean_accepted else (low, alpha)
+    return (low + high) / 2

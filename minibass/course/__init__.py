@@ -44,8 +44,8 @@ class Report:
             return f"Failed: {self.name}\n  {self.error}"
         if not self.cases:
             return f"Failed: {self.name}\n  no case was checked"
-        keys = list(self.rows[0])
-        shown = [[_fmt(r[k]) for k in keys] for r in self.rows[:self.limit]]
+        keys = list(dict.fromkeys(k for r in self.rows[:self.limit] for k in r))  # rows may differ in columns
+        shown = [[_fmt(r.get(k, "")) for k in keys] for r in self.rows[:self.limit]]
         widths = [max(len(k), *(len(row[i]) for row in shown)) for i, k in enumerate(keys)]
         lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} cases differ)",
                  "  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths)),

@@ -199,6 +199,8 @@ def check_padded_attention(report: Report, attention_fn, cases: int | None = Non
     idle sequences, GQA, odd head dims and NaN / inf in every stale cache slot."""
     from ..oracle import check_attention
 
+    one = torch.randn(1, 2, 16), torch.randn(1, 1, 4, 16), torch.randn(1, 1, 4, 16)
+    attention_fn(*one, torch.tensor([1]), torch.tensor([3]))  # a stub raises here, before the oracle's cases
     verdict = check_attention(attention_fn, cases=cases or (30 if FAST else 100))
     report.cases += cases or (30 if FAST else 100)
     for c in verdict.failures():
@@ -250,13 +252,26 @@ def table_pair(vocab: int = 5, seed: int = 11):
     return target, TableLM(target.table + 0.8 * noise, order=1)
 
 
-def _fit(report: Report, label: str, run, n_tokens: int = 2, samples: int = 3000, alpha: float = 1e-6):
+@functools.lru_cache(maxsize=1)
+def llama_pair():
+    """The oracle's tiny Llama target and draft (vocabulary 6, two layers), as minibass decoders. Unlike the
+    table pair, their output depends on every cached position, so a wrong cache shows."""
+    import tempfile
+
+    from ..loading import load_model
+    from ..oracle.generator import write_pair
+
+    with tempfile.TemporaryDirectory() as folder:
+        target_dir, draft_dir = write_pair(folder)
+        return load_model(target_dir), load_model(draft_dir)
+
+
+def _fit(report: Report, label: str, run, target, n_tokens: int = 2, samples: int = 3000, alpha: float = 1e-6):
     """G-test of the first n_tokens of ``run(prompts, n, seed)`` against the target's exact distribution."""
     from .. import exact
     from ..oracle.stats import critical_value, g_test
 
-    target, _ = table_pair()
-    prompt = [1]
+    prompt = [1, 4, 2]
     want = exact.autoregressive_distribution(target, prompt, n_tokens)
     exact_events = {tuple(ix): float(want[tuple(ix)]) for ix in torch.nonzero(want > 0).tolist()}
     tokens = run([prompt] * samples, n_tokens, 5)
@@ -273,8 +288,8 @@ def check_step(report: Report, step_fn):
     """step_fn has the signature of minibass.speculative.step; it replaces the loop's step."""
     from .. import SamplingParams, generate, speculative_generate
 
-    target, draft = table_pair()
-    prompts = [[1], [2, 3, 4], [0, 0], [4, 1, 2, 3, 0, 1]]
+    target, draft = llama_pair()
+    prompts = [[1], [2, 3, 4], [0, 0], [4, 1, 2, 3, 0, 1, 5]]
     greedy = SamplingParams(temperature=0.0)
     want = generate(target, prompts, 12, sampling=greedy).tokens
     for k in (1, 3):
@@ -284,7 +299,7 @@ def check_step(report: Report, step_fn):
             bad = next(b for b in range(len(prompts)) if got[b] != want[b])
             report.rows.append({"check": f"greedy, k={k}, sequence {bad}", "expected": want[bad], "got": got[bad]})
     _fit(report, "sampled, k=3", lambda p, n, seed: speculative_generate(
-        target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens)
+        target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens, target, n_tokens=3)
 
 
 POLICY_COSTS = dict(draft_call=0.08, verify_base=1.0, verify_per_token=0.05)  # in regular-step units
@@ -311,7 +326,7 @@ def check_policy(report: Report, make_policy, margin: float = 0.10):
 
     target, draft = table_pair()
     _fit(report, "sampled", lambda p, n, seed: speculative_generate(
-        target, draft, p, n, draft_length=make_policy(), seed=seed).tokens)
+        target, draft, p, n, draft_length=make_policy(), seed=seed).tokens, target)
     best = min((policy_cost(k), k) for k in range(1, 9))
     got = policy_cost(make_policy())
     report.cases += 1
@@ -379,3 +394,31 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
             report.rows.append({"sampler": name, "oracle verdict": "PASS" if verdict.ok else "FAIL",
                                 "expected": "PASS" if want else "FAIL",
                                 "first failed check": failed[0].name if failed else "-"})
+
+
+def measure_run(target, draft, prompts: list[list[int]], k: int, new_tokens: int, seed: int = 0) -> dict:
+    """What chapter 10's exercise predicts from, and what it is checked against, both measured now.
+
+    Calibration: one speculative run with draft length k on the same batch size (other prompts'
+    order, another seed) gives the seconds per step spent outside the draft phase (``verify``: the
+    verify call, the rejection step and the roll-back), the seconds per draft call (``draft``), the
+    acceptance ``alpha`` (from its mean accepted prefix) and, from a regular run, the seconds per
+    regular step (``regular``). Then the live run: the median tokens/s of three speculative runs.
+    """
+    from .. import SamplingParams, generate, speculative_generate
+    from ..costmodel import alpha_from_accepted
+
+    warm = SamplingParams(temperature=1.0)
+    speculative_generate(target, draft, prompts, 4, draft_length=k, seed=seed)  # warm-up
+    calibration = speculative_generate(target, draft, prompts[::-1] * 2, 2 * new_tokens, draft_length=k,
+                                       seed=seed + 1, sampling=warm).stats  # twice the work: steadier numbers
+    regular = generate(target, prompts[::-1], new_tokens, seed=seed + 1, sampling=warm).stats
+    split = calibration.time_split
+    runs = [speculative_generate(target, draft, prompts, new_tokens, draft_length=k, seed=seed, sampling=warm)
+            for _ in range(3)]
+    return {"regular": regular.wall_time / regular.steps,
+            "verify": (split["verify"] + split["accept"] + split["rollback"]) / calibration.steps,
+            "draft": split["draft"] / sum(calibration.draft_lengths), "k": k, "batch": len(prompts),
+            "alpha": alpha_from_accepted(calibration.mean_accepted, k),
+            "tokens_per_second": sorted(r.stats.tokens_per_second for r in runs)[1],
+            "alpha_live": alpha_from_accepted(sum(r.stats.mean_accepted for r in runs) / len(runs), k)}

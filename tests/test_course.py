@@ -1,0 +1,231 @@
+"""The course (tutorial/): every chapter runs, one runs through a real Jupyter kernel, the learner
+notebooks are built with stubs, and every exercise check fails on the stub and on a planted wrong
+answer (the chapters themselves run each check on its reference solution and must print Passed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minibass.course import build as course_build
+from minibass.course import checks
+
+CHAPTERS = course_build.chapters()
+ENV = {**os.environ, "MINIBASS_COURSE_FAST": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+
+
+def test_the_course_has_its_chapters():
+    names = [p.stem for p in CHAPTERS]
+    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(12)], names
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_runs_as_a_script_and_its_check_passes(chapter):
+    """Each source runs as plain Python (no shell magics) with its reference solution; its check passes."""
+    run = subprocess.run([sys.executable, chapter.name], cwd=chapter.parent, env=ENV, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Failed:" not in run.stdout, run.stdout[-3000:]
+    if course_build.exercise_cells(chapter):
+        assert "Passed:" in run.stdout, run.stdout[-3000:]
+
+
+def test_a_chapter_runs_in_a_real_jupyter_kernel(tmp_path):
+    """Chapter 03 as a notebook (with solutions) through ipykernel: no error output, a plot, the check passes."""
+    nbclient = pytest.importorskip("nbclient", reason="install the tutorial extra: pip install -e '.[tutorial]'")
+    import nbformat
+
+    paths = course_build.build(tmp_path, solutions=True)
+    path = next(p for p in paths if p.stem.startswith("03_"))
+    notebook = nbformat.read(path, as_version=4)
+    old = os.environ.copy()
+    os.environ.update({"MINIBASS_COURSE_FAST": "1"})
+    try:
+        nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(course_build.CHAPTERS)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the chapter's plot is missing"
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "Passed:" in text and "Failed:" not in text
+
+
+def test_learner_notebooks_have_stubs_instead_of_solutions(tmp_path):
+    import nbformat
+
+    for path, source in zip(course_build.build(tmp_path), CHAPTERS):
+        notebook = nbformat.read(path, as_version=4)
+        code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+        assert course_build.BEGIN not in code and course_build.END not in code
+        n_exercises = len(course_build.exercise_cells(source))
+        if n_exercises:
+            assert course_build.STUB in code and "from minibass.course.checks import check_" in code, path.name
+        assert any(c.cell_type == "markdown" for c in notebook.cells)
+
+
+def test_stub_keeps_the_indentation_and_rejects_broken_markers():
+    text = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    assert course_build.stub(text) == f"def f(x):\n    {course_build.STUB}\n"
+    for broken in ("# BEGIN SOLUTION\nx = 1\n", "x = 1\n# END SOLUTION\n"):
+        with pytest.raises(ValueError):
+            course_build.stub(broken)
+
+
+# ---- every check fails on the stub and on a planted wrong answer --------------------------------------------
+
+def _namespace(chapter_prefix: str, stubbed: bool) -> dict:
+    chapter = next(p for p in CHAPTERS if p.stem.startswith(chapter_prefix))
+    namespace: dict = {}
+    for cell in course_build.exercise_cells(chapter):
+        exec(compile(course_build.stub(cell) if stubbed else cell, str(chapter), "exec"), namespace)
+    return namespace
+
+
+def _planted_roofline():
+    ns = _namespace("01", stubbed=False)
+    return dict(roofline_time=lambda f, b, peak, bw: f / peak + b / bw, critical_batch=ns["critical_batch"])
+
+
+def _planted_positions():
+    return dict(positions_fn=lambda q_lens, lengths: torch.cat([torch.arange(int(q)) for q in q_lens]))
+
+
+def _planted_accept():
+    return dict(accept_probability=lambda p, q, x: min(1.0, float(p[x] / q[x])),
+                residual=lambda p, q: (p - q).clamp(min=0))  # not normalised
+
+
+def _planted_is_exact():
+    from minibass.oracle.sampler import draft_rows, events, exact_events, setups
+
+    def only_impossible_events(sampler):  # misses bugs that only shift frequencies (reused_uniform)
+        g = torch.Generator().manual_seed(0)
+        for p, q in setups().values():
+            tokens, qs, ps = draft_rows(p, q, 5000, g)
+            exact = exact_events(p, q)
+            if any(exact.get(e, 0) == 0 for e in events(tokens, *sampler(tokens, qs, ps, generator=g))):
+                return False
+        return True
+    return dict(is_exact=only_impossible_events)
+
+
+def _planted_kept():
+    return dict(kept_lengths=lambda target_len, k, n: (target_len + 1 + n, target_len + 1 + n))  # draft: forgets n = k
+
+
+def _planted_padded():
+    from minibass.oracle.known_bugs import causal_off_by_one
+
+    return dict(attention_fn=causal_off_by_one)
+
+
+def _planted_online():
+    def no_rescale(m_i, l_i, acc, scores, v):
+        m_new = torch.maximum(m_i, scores.max(1).values)
+        p = torch.exp(scores - m_new[:, None])
+        return m_new, l_i + p.sum(1), acc + p @ v
+    return dict(step_fn=no_rescale)
+
+
+def _planted_step():
+    from minibass.speculative import emit
+
+    def rollback_before_emit(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
+        with timer("draft"):
+            drafts, q = phases.draft(draft, s.draft_cache, s.history, s.seq_lens, draft_lens, sampling, streams,
+                                     attention)
+        with timer("verify"):
+            p = phases.verify(target, s.target_cache, s.history, s.seq_lens, drafts, draft_lens, s.active, sampling,
+                              attention)
+        with timer("accept"):
+            n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)
+        with timer("rollback"):
+            phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)  # before the history grew
+            emit(s, drafts, n, y, eos_token_id)
+        return n
+    return dict(step_fn=rollback_before_emit)
+
+
+def _planted_policy():
+    from minibass.draft_length import FixedDraftLength
+
+    return dict(make_policy=lambda: FixedDraftLength(8))  # exact, but too long for these costs
+
+
+# One recorded calibration of chapter 10 (2-core CPU, demo pair, batch 1, k = 4): inputs of the exercise.
+RECORDED_RUN = {"regular": 0.0084, "verify": 0.00961, "draft": 0.00131, "k": 4, "batch": 1, "alpha": 0.34705,
+                "tokens_per_second": 120.9}
+
+
+def _planted_predict():
+    return dict(predict=lambda regular, verify, draft, k, alpha, batch: batch * (k + 1) / (verify + k * draft))
+
+
+def _planted_adapter():
+    ns = _namespace("11", stubbed=False)
+
+    def off_by_one(foreign):
+        inner = ns["wrap"](foreign)
+
+        def sampler(*args, **kwargs):
+            n, y = inner(*args, **kwargs)
+            return (n + 1).clamp(max=args[0].shape[1]), y
+        return sampler
+    return dict(wrap=off_by_one)
+
+
+EXERCISES = {  # chapter -> (check, the names it takes from the chapter's exercise cells, planted answer, kwargs)
+    "01": (checks.check_roofline, ("roofline_time", "critical_batch"), _planted_roofline, {}),
+    "02": (checks.check_positions, ("positions_of",), _planted_positions, {}),
+    "03": (checks.check_accept_resample, ("accept_probability", "residual"), _planted_accept, {}),
+    "04": (checks.check_is_exact, ("is_exact",), _planted_is_exact, {}),
+    "05": (checks.check_kept_lengths, ("kept_lengths",), _planted_kept, {}),
+    "06": (checks.check_padded_attention, ("padded_attention",), _planted_padded, {"cases": 21}),
+    "07": (checks.check_online_softmax, ("online_softmax_step",), _planted_online, {}),
+    "08": (checks.check_step, ("my_step",), _planted_step, {}),
+    "09": (checks.check_policy, ("MyPolicy",), _planted_policy, {}),
+    "10": (checks.check_prediction, ("predict",), _planted_predict, {"run": RECORDED_RUN}),
+    "11": (checks.check_adapter, ("wrap",), _planted_adapter, {}),
+}
+
+
+def test_every_exercise_chapter_has_a_check_here():
+    with_exercises = {p.stem[:2] for p in CHAPTERS if course_build.exercise_cells(p)}
+    assert with_exercises == set(EXERCISES)
+
+
+@pytest.mark.parametrize("prefix", sorted(EXERCISES))
+def test_check_fails_on_the_stub(prefix):
+    check, names, _, kwargs = EXERCISES[prefix]
+    ns = _namespace(prefix, stubbed=True)
+    report = check(*(ns[n] for n in names), quiet=True, **kwargs)
+    assert not report.passed
+    assert str(report).startswith("Failed:") and "not written yet" in str(report)
+
+
+@pytest.mark.parametrize("prefix", sorted(EXERCISES))
+def test_check_fails_on_a_planted_wrong_answer(prefix):
+    check, names, planted, kwargs = EXERCISES[prefix]
+    answer = planted()
+    report = check(*(answer[n] for n in answer), quiet=True, **kwargs)
+    assert not report.passed, str(report)
+    assert str(report).startswith("Failed:")
+
+
+def test_chapter_10_reference_passes_on_the_recorded_run():
+    """The chapter runs its check against a live run; here the same check on a recorded one, deterministically."""
+    ns = _namespace("10", stubbed=False)
+    assert checks.check_prediction(ns["predict"], RECORDED_RUN, quiet=True).passed
+
+
+def test_report_table_lists_what_differed():
+    report = checks.check_kept_lengths(lambda t, k, n: (0, 0), quiet=True)
+    text = str(report)
+    assert text.startswith("Failed:") and "expected" in text and "got" in text and "... and" in text

@@ -1,0 +1,96 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # 11 · How do I check my own engine?
+#
+# Files: `minibass/oracle/` — `sampler.py` (`check_sampler`, `check_given_uniforms`),
+# `generator.py` (`check_generator`), `attention.py` (`check_attention`), `adapters.py`
+# (transformers), `cli.py` (`python -m minibass oracle ...`). The page `docs/oracle.md` has the
+# full story and recipes for vLLM and SGLang.
+#
+# The oracle takes a part of another engine in one of three signatures — an attention kernel, a
+# rejection step, or a whole generator — and returns a `Verdict`: one row per check (statistic,
+# threshold, passed), `ok`, and the smallest failing case. Here it checks the installed
+# `transformers`, live.
+
+# %%
+import numpy as np
+import torch
+
+from minibass import oracle
+from minibass.course import size
+from minibass.oracle import adapters
+
+verdict = oracle.check_sampler(adapters.transformers_sampler, rows=size(5_000, 50_000))
+print(verdict)
+
+# %% [markdown]
+# transformers' rejection step passes every distribution check at this size (the docs page reports
+# 200,000 rows per setup). The oracle also probes the *edges* of the acceptance rule with given
+# uniforms — `u = 0` when `p(x) = 0`, and the exact tie `u · q(x) = p(x)` — where the rule must be
+# `accept iff u < p/q`:
+
+# %%
+print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
+
+# %% [markdown]
+# It fails there: transformers accepts when `u ≤ p/q`, so a draft token with `p(x) = 0` is accepted
+# when `u` is exactly 0. With 24-bit or 53-bit uniforms that happens about once in 2²⁴ or 2⁵³
+# draws: a real but rare deviation, which only a probe with given uniforms can show.
+#
+# ## A whole generator
+#
+# `check_generator` writes a tiny Llama target and draft (vocabulary 6) as Hugging Face folders,
+# lets the engine under test load them and sample continuations, and tests the samples against the
+# exact distribution of the first tokens, computed by enumeration from the same folders.
+# transformers' assisted generation, live:
+
+# %%
+verdict = oracle.check_generator(adapters.transformers_generator, samples=size(600, 3_000), n_tokens=2)
+print(verdict)
+
+# %% [markdown]
+# ## Exercise
+#
+# Engines rarely have minibass's signature. Here is another engine's rejection step,
+# `foreign_sampler(draft_tokens, q, p, rng)`: one sequence at a time, numpy in and out (`q [k, V]`,
+# `p [k+1, V]`, a `numpy.random.Generator`), returning the emitted tokens (the accepted drafts,
+# then one more). Write `wrap(foreign)`, returning a function with `rejection_sample`'s signature
+# (`draft_tokens [B, k]`, `draft_probs [B, k, V]`, `target_probs [B, k+1, V]`, keyword `generator`)
+# that calls `foreign` row by row and returns `num_accepted [B]` and `next_tokens [B]`. Seed the
+# numpy generator from the torch `generator`, so that the oracle's seed makes the run reproducible.
+# The check runs the oracle on your adapter around `foreign_sampler` (must pass) and around its
+# planted twin `foreign_sampler_buggy` (must fail).
+
+# %%
+import numpy as np
+import torch
+
+from minibass.course.checks import foreign_sampler
+
+
+def wrap(foreign):
+    # BEGIN SOLUTION
+    def sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+        rng = np.random.default_rng(seed)
+        num_accepted, next_tokens = [], []
+        for x, q, p in zip(draft_tokens.tolist(), draft_probs.double().numpy(), target_probs.double().numpy()):
+            emitted = foreign(x, q, p, rng)
+            num_accepted.append(len(emitted) - 1)
+            next_tokens.append(emitted[-1])
+        return torch.tensor(num_accepted), torch.tensor(next_tokens)
+    return sampler
+    # END SOLUTION
+
+
+# %%
+from minibass.course.checks import check_adapter
+
+check_adapter(wrap)

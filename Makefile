@@ -1,4 +1,4 @@
-# The two commands of the README:  `make demo`  and  `make test`.
+# The commands of the README:  `make demo`,  `make test`  and  `make course`.
 # Both create .venv on first use (Python >= 3.10 and pip are all that is needed).
 
 PYTHON ?= python3
@@ -8,14 +8,14 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test course bench clean
 
 setup: $(VENV)/.ready
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,bench]"
+	$(PY) -m pip install --quiet -e ".[test,bench,tutorial]"
 	touch $@
 
 demo: setup
@@ -23,6 +23,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+course: setup   # the learner notebooks (exercise solutions replaced by stubs), opened in JupyterLab
+	$(PY) -m minibass.course build tutorial/notebooks
+	$(VENV)/bin/jupyter lab tutorial/notebooks
 
 bench: setup   # all four benchmarks; each writes JSON and a plot to bench_results/
 	$(PY) -m minibass.bench decode

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepared GPU check (one run, < 8 minutes on one GPU): the attention and hot-path tests with
 # the Triton kernel compiled for real, a decode step under torch.cuda.set_sync_debug_mode("error"),
-# then the GPU benchmarks. Results land in $OUT (or bench_results/).
+# then the GPU benchmarks and the course's GPU chapter. Results land in $OUT (or bench_results/):
+# the *-cuda.json files are what the course reads (tutorial/10_speedups.py, minibass.course.gpu_results).
 # Usage on a machine with a GPU and the dependencies installed:  PYTHONPATH=. bash scripts/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-bench_results}
@@ -15,3 +16,6 @@ timeout 120 python -m minibass.bench attention --device cuda --reps 20 \
     --out "$OUT/attention-cuda.json" --plot "$OUT/attention-cuda.png" 2>&1 | tee "$OUT/attention-cuda.log"
 timeout 90 python -m minibass.bench speculative --device cuda --batch-sizes 1 2 4 8 16 --backends padded split ragged \
     --out "$OUT/speculative-cuda.json" --plot "$OUT/speculative-cuda.png" 2>&1 | tee "$OUT/speculative-cuda.log"
+timeout 90 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 \
+    --out "$OUT/decode-cuda.json" 2>&1 | tee "$OUT/decode-cuda.log"
+MINIBASS_COURSE_FAST=1 MPLBACKEND=Agg timeout 90 python tutorial/10_speedups.py 2>&1 | tee "$OUT/course-10-cuda.log"

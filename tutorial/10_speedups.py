@@ -28,7 +28,7 @@ import torch
 import minibass
 from minibass import costmodel as cm
 from minibass import zoo
-from minibass.course import gpu_results, size
+from minibass.course import describe_gpu_results, gpu_results, size
 from minibass.course.checks import measure_run
 
 target, draft, tokenizer = zoo.load_demo_pair()
@@ -76,10 +76,8 @@ if torch.cuda.is_available():
         fn()
         print(f"{name}: {fn().stats.tokens_per_second:.0f} tokens/s (batch 8, demo pair, live)")
 elif recorded:
-    for name, result in recorded.items():
-        print(f"{name}: recorded {result.get('provenance', {})}")
-        for row in result.get("rows", [])[:12]:
-            print("  ", row)
+    print("Recorded GPU results (bench_results/*-cuda.json, made by scripts/gpu_check.sh):")
+    print(describe_gpu_results(recorded))
 else:
     print("No GPU timings have been recorded yet (bench_results/*-cuda.json is absent, and this machine has no "
           "CUDA device). Below: the cost model's PREDICTION, not a measurement.")

@@ -97,6 +97,22 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
         print(f"wrote {make_plot(payload, plot)}")
 
 
+def predicted_speedup(row: dict, run: dict) -> float | None:
+    """The cost model's speed-up for one measured run (``minibass.costmodel.speedup_from_costs``), per sequence:
+    costs from the run's own time split (a step outside the draft phase, a draft call), a regular step from
+    the regular run, acceptance from the mean accepted prefix. None for policies without one fixed k."""
+    from ..costmodel import alpha_from_accepted, speedup_from_costs
+
+    k, steps = run["draft_length"], run["target_calls"] - 1  # the first target call is the prefill
+    if not isinstance(k, int) or steps < 1 or not run["mean_draft_length"]:
+        return None
+    split = run["time_split_s"]
+    verify = (split["verify"] + split.get("accept", 0.0) + split.get("rollback", 0.0)) / steps
+    draft = split["draft"] / (run["mean_draft_length"] * steps)
+    return speedup_from_costs(row["batch"] / row["regular_tok_s"], verify, draft, k=k,
+                              alpha=alpha_from_accepted(min(run["mean_accepted_per_step"], k), k))
+
+
 def make_plot(payload, path):
     plt = pyplot()
 
@@ -107,7 +123,12 @@ def make_plot(payload, path):
         for k in dict.fromkeys(r["draft_length"] for r in rows[0]["runs"]):
             pts = [(row["batch"], run["speedup"]) for row in rows for run in row["runs"]
                    if run["backend"] == backend and run["draft_length"] == k]
-            ax.plot(*zip(*pts), "o-", label=f"k={k}")
+            line, = ax.plot(*zip(*pts), "o-", label=f"k={k}")
+            predicted = [(row["batch"], predicted_speedup(row, run)) for row in rows for run in row["runs"]
+                         if run["backend"] == backend and run["draft_length"] == k]
+            predicted = [(b, x) for b, x in predicted if x is not None]
+            if predicted:
+                ax.plot(*zip(*predicted), "x:", color=line.get_color(), alpha=0.7, label=f"k={k}, cost model")
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set(title=backend, xlabel="batch size", xscale="log")
         ax.set_xticks([r["batch"] for r in rows], [str(r["batch"]) for r in rows])

@@ -70,3 +70,17 @@ def gpu_results(folder: Path | None = None) -> dict:
     """The committed GPU benchmark results (``bench_results/*-cuda.json``), by name; {} if none were recorded."""
     folder = folder or ROOT / "bench_results"
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*-cuda.json"))} if folder.is_dir() else {}
+
+
+def describe_gpu_results(results: dict) -> str:
+    """The recorded GPU results in a few lines: provenance, then per batch the best speculative speed-up."""
+    lines = []
+    for name, result in results.items():
+        p = result.get("provenance", {})
+        lines.append(f"{name}: {p.get('device', '?')}, torch {p.get('torch', '?')}, triton {p.get('triton', '?')}, "
+                     f"{p.get('date', '?')}, `{p.get('command', '?')}`")
+        for row in result.get("rows", []) if name.startswith("speculative") else []:
+            best = max(row["runs"], key=lambda r: r["speedup"])
+            lines.append(f"  batch {row['batch']:3d}: regular {row['regular_tok_s']:8.0f} tokens/s; best speculative "
+                         f"{best['speedup']:.2f}x ({best['backend']}, k = {best['draft_length']})")
+    return "\n".join(lines)

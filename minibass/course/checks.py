@@ -399,8 +399,8 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
 def measure_run(target, draft, prompts: list[list[int]], k: int, new_tokens: int, seed: int = 0) -> dict:
     """What chapter 10's exercise predicts from, and what it is checked against, both measured now.
 
-    Calibration: one speculative run with draft length k on the same batch size (other prompts'
-    order, another seed) gives the seconds per step spent outside the draft phase (``verify``: the
+    Calibration: one speculative run with draft length k on the same batch (prompts in reverse
+    order, another seed, twice the tokens) gives the seconds per step spent outside the draft phase (``verify``: the
     verify call, the rejection step and the roll-back), the seconds per draft call (``draft``), the
     acceptance ``alpha`` (from its mean accepted prefix) and, from a regular run, the seconds per
     regular step (``regular``). Then the live run: the median tokens/s of three speculative runs.
@@ -410,8 +410,8 @@ def measure_run(target, draft, prompts: list[list[int]], k: int, new_tokens: int
 
     warm = SamplingParams(temperature=1.0)
     speculative_generate(target, draft, prompts, 4, draft_length=k, seed=seed)  # warm-up
-    calibration = speculative_generate(target, draft, prompts[::-1] * 2, 2 * new_tokens, draft_length=k,
-                                       seed=seed + 1, sampling=warm).stats  # twice the work: steadier numbers
+    calibration = speculative_generate(target, draft, prompts[::-1], 2 * new_tokens, draft_length=k,
+                                       seed=seed + 1, sampling=warm).stats  # twice the tokens: steadier numbers
     regular = generate(target, prompts[::-1], new_tokens, seed=seed + 1, sampling=warm).stats
     split = calibration.time_split
     runs = [speculative_generate(target, draft, prompts, new_tokens, draft_length=k, seed=seed, sampling=warm)

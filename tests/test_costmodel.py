@@ -1,0 +1,90 @@
+"""The cost model (minibass/costmodel.py): its arithmetic against hand counts and against the models it describes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from minibass import costmodel as cm
+from minibass.draft_length import expected_tokens
+
+SHAPE = cm.ModelShape(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100, tied=True)
+
+
+def test_parameter_count_equals_the_real_model(tmp_path):
+    """Weights counted by the model equal a transformers Llama of that shape (norms aside: 2 L d + d)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    norms = (2 * config.num_hidden_layers + 1) * config.hidden_size
+    assert cm.ModelShape.from_config(config) == SHAPE
+    assert SHAPE.params == sum(p.numel() for p in model.parameters()) - norms
+
+
+def test_flops_and_bytes_by_hand():
+    d, D, L = 64, 16, 2
+    per_layer = d * 4 * D * 2 + d * 2 * D * 2 + 3 * d * 128
+    assert SHAPE.layer_params == per_layer
+    # 3 sequences, 2 new tokens each, 5 cached: matmuls + attention over (5 + 1.5) keys on average per token
+    assert SHAPE.flops(3, 2, 5) == 2 * 6 * (L * per_layer + 100 * d) + 4 * L * 4 * D * 6 * (5 + 1.5)
+    assert SHAPE.bytes(3, 2, 5) == 2 * (L * per_layer + 100 * d + 2 * L * 2 * D * 3 * 7)
+
+
+def test_roofline_step_time_and_critical_batch():
+    hw = cm.Hardware("toy", peak_flops=1e12, bandwidth=1e10, call_overhead=1e-4, layer_overhead=1e-5)
+    t = cm.step_time(SHAPE, hw, batch=4, tokens=1, context=0)
+    assert t == pytest.approx(max(SHAPE.flops(4, 1, 0) / 1e12, SHAPE.bytes(4, 1, 0) / 1e10) + 1e-4 + 2e-5)
+    b = cm.critical_batch(SHAPE, hw)
+    compute = lambda n: SHAPE.flops(n, 1, 0) / hw.peak_flops >= SHAPE.bytes(n, 1, 0) / hw.bandwidth  # noqa: E731
+    assert compute(b) and not compute(b - 1)
+    assert hw.ridge_point == 100
+
+
+def test_gpu_spec_sheets_and_the_7b_critical_batch():
+    """Decode of a 7B model (bf16) turns compute-bound near the ridge point: about ridge / 1 FLOP per byte."""
+    llama7b = cm.ModelShape(32, 4096, 32, 32, 11008, 32000, tied=False)
+    for hw in cm.GPUS:
+        assert hw.source.startswith("https://")
+        assert 0.9 * hw.ridge_point <= cm.critical_batch(llama7b, hw) <= 1.1 * hw.ridge_point
+
+
+def test_speculative_speedup_formula():
+    hw = cm.Hardware("toy", 1e12, 1e10)
+    draft = cm.ModelShape(1, 32, 2, 1, 64, 100)
+    k, alpha = 4, 0.7
+    want = expected_tokens(alpha, k) * cm.step_time(SHAPE, hw, 8) / (
+        cm.step_time(SHAPE, hw, 8, k + 1) + k * cm.step_time(draft, hw, 8))
+    assert cm.speculative_speedup(SHAPE, draft, hw, batch=8, k=k, alpha=alpha) == pytest.approx(want)
+    assert cm.speedup_from_costs(1.0, 1.0, 0.0, k=k, alpha=1.0) == k + 1  # free draft, all accepted
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.55, 0.9, 0.999])
+def test_alpha_from_accepted_inverts_the_expected_prefix(alpha):
+    k = 4
+    assert cm.alpha_from_accepted(expected_tokens(alpha, k) - 1, k) == pytest.approx(alpha, abs=1e-6)
+    with pytest.raises(ValueError):
+        cm.alpha_from_accepted(k + 0.5, k)
+
+
+def test_calibrate_recovers_overheads():
+    hw = cm.Hardware("toy", 1e15, 1e15)
+    true = cm.Hardware("toy", 1e15, 1e15, call_overhead=2e-4, layer_overhead=3e-5)
+    shapes = [cm.ModelShape(n, 64, 4, 2, 128, 100) for n in (1, 4, 12)]
+    fitted = cm.calibrate(hw, [(s, 8, 1, 16, cm.step_time(s, true, 8, 1, 16)) for s in shapes])
+    assert fitted.call_overhead == pytest.approx(2e-4, rel=1e-6)
+    assert fitted.layer_overhead == pytest.approx(3e-5, rel=1e-6)
+    with pytest.raises(ValueError):
+        cm.calibrate(hw, [])
+
+
+def test_invalid_hardware_is_refused():
+    with pytest.raises(ValueError):
+        cm.Hardware("bad", 0, 1)
+
+
+def test_measure_cpu_gives_positive_finite_numbers():
+    cpu = cm.measure_cpu(size=64, megabytes=4, reps=2)
+    assert math.isfinite(cpu.peak_flops) and cpu.peak_flops > 0 and cpu.bandwidth > 0

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 06 · What do naive, BASS-PAD and BASS-SPLIT cost?
 #
-# Files: `minibass/attention/naive.py` (the specification), `padded.py` (BASS-PAD), `split.py`
+# Files: `minibass/attention/padded.py` (BASS-PAD), `naive.py` (the specification), `split.py`
 # (BASS-SPLIT), `cost.py` (what each computes), `base.py` (the one signature they share).
 #
 # After a speculative step, sequence `b` has `q_b` new queries over `kv_b` cached keys, and the

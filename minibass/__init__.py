@@ -14,7 +14,7 @@ from .sampling import SamplingParams
 from .speculative import speculative_generate
 from .table import TableLM
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
 __all__ = [
     "BACKENDS", "Cache", "CausalLM", "Decoder", "GenerationResult", "GenerationStats", "KVCache",

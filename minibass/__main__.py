@@ -225,7 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     from minibass.attention import BACKENDS
 
     backends = sorted(BACKENDS)
+    from minibass import __version__
+
     parser = argparse.ArgumentParser(prog="python -m minibass", description="minibass: batched speculative decoding")
+    parser.add_argument("--version", action="version", version=f"minibass {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, *, default_tokens):

@@ -9,8 +9,8 @@ already cached per sequence (a roofline model, Williams et al. 2009, plus fixed 
 
 ``P_matmul`` counts every weight a token multiplies (the output head included), ``P_read`` every
 weight a call reads once (the embedding table is only gathered from, so it is left out when the
-head is not tied to it), ``b`` bytes per element. Decoding one token per sequence reads every
-weight for ``2 B`` FLOPs per weight: arithmetic intensity ``~ B t / b`` FLOPs per byte. Below the
+head is not tied to it), ``b`` bytes per element. A call over ``B`` sequences of ``t`` tokens reads every
+weight once for ``2 B t`` FLOPs per weight: arithmetic intensity ``~ 2 B t / b`` FLOPs per byte. Below the
 hardware's ridge point ``peak / bandwidth`` the step is memory-bound and a bigger batch (or more
 tokens per sequence, as in a verify call) is nearly free; above it, compute-bound.
 

@@ -13,14 +13,16 @@
 # `minibass/generate.py` (plain batched decoding).
 #
 # Attention at position `i` needs the keys and values of positions `0..i`. They never change once
-# computed, so the decoder keeps them: the **KV cache**, one `[B, Hk, C, D]` tensor per layer for
-# keys and one for values (`B` sequences, `Hk` kv heads, capacity `C`, head dim `D`), plus
-# `lengths [B]`. A step then only computes the new tokens: `O(t)` work instead of `O(c + t)`.
+# computed, so the decoder keeps them: the **KV cache**, one `[2, B, Hk, C, D]` tensor per layer
+# (keys and values; `B` sequences, `Hk` kv heads, capacity `C`, head dim `D`), plus `lengths [B]`.
+# A step then runs the weight matmuls for its `t` new tokens only, not for all `c + t` (attention
+# still reads the `c` cached keys: `O(t (c + t))`).
 #
 # minibass never pads prompts. A step's new tokens are **packed**: all sequences' tokens one after
-# the other, `q_lens[b]` of them for sequence `b`. Three small tables say where each packed token
-# belongs: its sequence (`seq_ids`), where its sequence starts in the pack (`q_starts`), and its
-# absolute position in its sequence (`positions`), which rotary embeddings and the causal mask need.
+# the other, `q_lens[b]` of them for sequence `b`. Three small tables say where the packed tokens
+# belong: each token's sequence (`seq_ids [N]`), where each sequence starts in the pack
+# (`q_starts [B]`), and each token's absolute position in its sequence (`positions [N]`), which
+# rotary embeddings and the causal mask need.
 
 # %%
 import time
@@ -111,8 +113,8 @@ prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_promp
 ours = minibass.generate(target, prompts, 16, sampling=minibass.SamplingParams(temperature=0.0)).tokens
 for prompt_ids, mine in zip(prompts, ours):
     with torch.no_grad():
-        theirs = hf.generate(torch.tensor([prompt_ids]), max_new_tokens=16, do_sample=False,
-                             pad_token_id=tokenizer.eos_token_id)[0, len(prompt_ids):].tolist()
+        theirs = hf.generate(torch.tensor([prompt_ids]), max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                             pad_token_id=tokenizer.eos_token_id)[0, len(prompt_ids):].tolist()  # no early stop
     print("equal" if theirs == mine else "DIFFERENT", repr(tokenizer.decode(mine))[:60])
     assert theirs == mine
 

@@ -55,8 +55,9 @@ for i, ((written, kept), accepted) in enumerate(zip(trace, result.stats.accepted
     print(f"{i:>4d}  {str(accepted):22s}  {written} -> {kept}")
 
 # %% [markdown]
-# `accepted` is `n_b` (−1 marks a sequence that had finished); each step the target cache grows by
-# `k + 1 = 5` in the verify call and then keeps `n_b + 1` of them. Drawn slot by slot for each
+# `accepted` is `n_b` (−1 marks a sequence that had finished); each step the target cache of an
+# active sequence grows by `k + 1 = 5` in the verify call (fewer near the token budget, nothing
+# for a finished sequence) and then keeps `n_b + 1` of them. Drawn slot by slot for each
 # sequence: valid slots, stale slots (written, then rolled back, still in memory until
 # overwritten), and empty ones.
 

@@ -61,8 +61,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: with equal lengths PAD wastes nothing; as the batch goes ragged, it computes up to
-# more and more: about the longest length over the mean length, times the same ratio for the queries.
+# What to see: with equal lengths PAD wastes almost nothing (only the masked causal triangle); as
+# the batch goes ragged, its waste grows roughly as the longest cache over the mean one.
 #
 # ## Timed on this CPU
 #
@@ -103,17 +103,20 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: on a CPU the backend with the fewest separate operations (PAD: two batched
-# matmuls) wins despite its wasted FLOPs; naive pays Python loops per sequence and head. On a GPU
-# the ranking can change with the batch's raggedness (the benchmarks in the README measure it).
+# What to see: which backend wins on this CPU for this batch (one batch, so expect noise). PAD
+# does the most FLOPs but in the fewest operations (two batched matmuls); naive pays Python loops
+# per sequence and head. The ranking changes with the batch's raggedness and the device
+# (`bench attention` in the README measures 36 cells).
 #
 # ## Exercise
 #
 # Write BASS-PAD: `padded_attention(q, k_cache, v_cache, q_lens, kv_lens)` with the signature of
-# `minibass.attention` (`q [N, H, D]` packed, caches `[B, Hk, C, D]`). Pad the queries to
-# `[B, H, Tq, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask padding
-# and future keys to `−inf` **before** the softmax, and gather the valid rows back. Careful: stale
-# cache slots hold NaN, and `0 · NaN = NaN`.
+# `minibass.attention` (`q [N, H, D]` packed in sequence order, caches `[B, Hk, C, D]`; query head
+# `h` reads kv head `h // (H / Hk)`; query `i` of sequence `b` sits at position
+# `kv_lens[b] − q_lens[b] + i` and sees keys up to that position). Scatter the queries into a
+# zero-padded `[B, Tq, H, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask
+# padding and future keys to `−inf` **before** the softmax, and gather the valid rows back into
+# `[N, H, D]`. Careful: stale cache slots hold NaN, and `0 · NaN = NaN`.
 
 # %%
 import torch

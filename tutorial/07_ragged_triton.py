@@ -17,7 +17,8 @@
 # attention (`G = H / Hk` query heads share a kv head), the rows of a kv head are the pairs
 # (query `t`, head-in-group `g`), laid out as row `t·G + g`: every row of the block reads the same
 # keys and values, which are loaded once per block and never copied per query head. A program
-# whose rows are all past `q_len[b] · G` returns at once (idle sequences cost one launch slot).
+# whose rows are all past `q_len[b] · G` returns at once (an idle sequence costs a few programs that
+# exit immediately, inside the same single launch).
 
 # %%
 import matplotlib.pyplot as plt

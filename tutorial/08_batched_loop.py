@@ -89,8 +89,8 @@ print(f"acceptance rate {run.stats.acceptance_rate:.2f}, mean accepted per step 
 # 3. `n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)`
 # 4. `emit(s, drafts, n, y, eos_token_id)`, then `phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)`
 #
-# and return `n`. Wrap each phase in `with timer("draft"):` (and `"verify"`, `"accept"`,
-# `"rollback"`), which the cost-aware draft length reads. The check runs the real loop with your
+# and return `n`. Wrap each phase in `with timer("draft"):` (and `"verify"`, `"accept"`; step 4,
+# both calls, in `"rollback"`), which the cost-aware draft length reads. The check runs the real loop with your
 # step: greedy equality with `generate`, and a G-test of sampled outputs against the exact distribution.
 
 # %%

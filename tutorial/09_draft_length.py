@@ -40,8 +40,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: at α = 0.4 nothing is gained beyond k ≈ 3; at α = 0.9 the curve keeps rising to
-# k ≈ 10. The best k depends on the acceptance, which differs by sequence and over time.
+# What to see: at α = 0.4 hardly anything is gained beyond k ≈ 3 (the limit is 1 / (1 − α) ≈ 1.67
+# tokens); at α = 0.9 the curve is still rising at k = 12, towards its limit of 10 tokens. The best k
+# depends on the acceptance, which differs by sequence and over time.
 #
 # ## BASS's Algorithm 1, traced on a real run
 #
@@ -88,9 +89,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: throughput per policy on this machine, one run each (the demo, `make demo`, takes
-# the median of three interleaved runs). On this CPU the draft is cheap next to the target but not
-# free, so long drafts (dynamic's 7 and up) cost more than they bring; `auto` measures that.
+# What to see: throughput per policy on this machine, one run each, so expect noise (the demo,
+# `make demo`, takes the median of three interleaved runs). Where the draft is cheap next to the
+# target but not free, long drafts (dynamic starts at 7) can cost more than they bring; `auto`
+# measures that instead of guessing it.
 #
 # ## Exercise
 #

@@ -58,8 +58,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: at batch 1 the prediction and the measurement agree closely; at larger batches the
-# measurement falls below it, for a reason the formula leaves out: a batch steps until its
+# What to see: at batch 1 the prediction and the measurement are close (both are noisy: one run
+# each); at larger batches the measurement tends to fall below it, for a reason the formula leaves out: a batch steps until its
 # *slowest* sequence is done, so its pace is the slowest sequence's tokens per step, not the mean.
 # On this CPU the draft/target cost ratio also rises with the batch, which lowers both curves.
 #
@@ -83,7 +83,7 @@ else:
           "CUDA device). Below: the cost model's PREDICTION, not a measurement.")
 
 llama7b = cm.ModelShape(layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008, vocab=32000, tied=False)
-draft_shape = cm.ModelShape(layers=12, hidden=768, heads=12, kv_heads=12, intermediate=3072, vocab=32000, tied=True)
+draft_shape = cm.ModelShape(layers=12, hidden=768, heads=12, kv_heads=12, intermediate=3072, vocab=32000, tied=False)
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
 for hw in cm.GPUS:
     bs = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -106,8 +106,8 @@ plt.show()
 # ## The paper's figures on the same model
 #
 # BASS reports, for a 7.8B-parameter model on one A100 at batch 8, 5.8 ms per token per sequence
-# and a 2.15× speed-up over optimised regular decoding: regular decoding therefore took about
-# 5.8 × 2.15 = 12.5 ms per step. The cost model, for a Llama-shaped 7.8B stand-in in bf16 (the
+# and a 2.15× speed-up over optimised regular decoding. From those two numbers (our inference, not
+# a figure the paper states) regular decoding took about 5.8 × 2.15 = 12.5 ms per step. The cost model, for a Llama-shaped 7.8B stand-in in bf16 (the
 # paper's model is not Llama; only its size is used), predicts:
 
 # %%

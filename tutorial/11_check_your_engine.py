@@ -41,8 +41,10 @@ print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 
 # %% [markdown]
 # It fails there: transformers accepts when `u ≤ p/q`, so a draft token with `p(x) = 0` is accepted
-# when `u` is exactly 0. With 24-bit or 53-bit uniforms that happens about once in 2²⁴ or 2⁵³
-# draws: a real but rare deviation, which only a probe with given uniforms can show.
+# when `u` is exactly 0. Leviathan et al.'s Algorithm 1 is written the same way, and for a
+# continuous uniform the two rules agree with probability 1; but real uniforms are discrete, drawn
+# from [0, 1), and 0 comes up about once in 2²⁴ (float32) or 2⁵³ (float64) draws. Only `u < p/q`
+# never accepts an impossible token: a rare deviation, which only a probe with given uniforms shows.
 #
 # ## A whole generator
 #

@@ -226,6 +226,7 @@ def check_online_softmax(report: Report, step_fn):
     for case in range(12):
         m_rows, d, blocks, n = 1 + case % 5, 3 + case % 4, 1 + case % 4, 16
         scores = torch.randn(m_rows, blocks * n, generator=g, dtype=torch.float64) * (1 + 10 * (case % 3))
+        scores += 1000.0 * (case % 4 == 3)  # large scores: exp overflows unless the maximum is subtracted
         scores[torch.rand(scores.shape, generator=g) < 0.3] = float("-inf")  # masked keys
         scores[:, ::n] = torch.randn(m_rows, blocks, generator=g, dtype=torch.float64)  # >= 1 visible per block
         v = torch.randn(blocks * n, d, generator=g, dtype=torch.float64)
@@ -306,7 +307,8 @@ POLICY_COSTS = dict(draft_call=0.08, verify_base=1.0, verify_per_token=0.05)  # 
 
 
 def policy_cost(policy_or_k, *, batch: int = 64, tokens: int = 64, seed: int = 0) -> float:
-    """Cost per emitted token of a greedy run on the table pair, in regular-step units: each step costs
+    """Cost per emitted token of a sampled run (temperature 1, fixed seed) on the table pair, in regular-step
+    units: each step costs
     ``POLICY_COSTS`` (one verify of k + 1 tokens and k draft calls), counted from the run, not timed."""
     from .. import SamplingParams, speculative_generate
     from ..draft_length import DraftCosts
@@ -340,12 +342,26 @@ def check_policy(report: Report, make_policy, margin: float = 0.10):
 @_check("predicted tokens/s within 25% of a live run")
 def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25):
     """predict(regular, verify, draft, k, alpha, batch) -> tokens/s; ``run`` holds those inputs (seconds per
-    regular step, per verify of k + 1 tokens, per draft call; acceptance alpha) and the measured tokens/s."""
+    regular step, per speculative step outside the draft phase, per draft call; acceptance alpha) and the
+    measured tokens/s. First, on made-up inputs with very different k and alpha, the prediction must stay
+    within the tolerance of the cost model (so an answer that ignores speculation cannot pass by luck)."""
+    from ..draft_length import expected_tokens
+
     keys = ("regular", "verify", "draft", "k", "alpha", "batch")
+    for case in [dict(regular=0.01, verify=0.012, draft=0.001, k=1, alpha=0.2, batch=1),
+                 dict(regular=0.01, verify=0.015, draft=0.002, k=6, alpha=0.9, batch=4),
+                 dict(regular=0.02, verify=0.030, draft=0.001, k=3, alpha=0.6, batch=16)]:
+        want = case["batch"] * expected_tokens(case["alpha"], case["k"]) / (case["verify"] + case["k"] * case["draft"])
+        got = float(predict(*(case[k] for k in keys)))
+        report.cases += 1
+        if not abs(got / want - 1) <= tolerance:
+            report.rows.append({"inputs": ", ".join(f"{k}={case[k]}" for k in keys), "predicted tokens/s": got,
+                                "cost model": want, "off by": f"{got / want - 1:+.0%}", "allowed": f"±{tolerance:.0%}"})
     got = float(predict(*(run[k] for k in keys)))
     report.cases += 1
     if not abs(got / run["tokens_per_second"] - 1) <= tolerance:
-        report.rows.append({"predicted tokens/s": got, "measured tokens/s": run["tokens_per_second"],
+        report.rows.append({"inputs": "the live run", "predicted tokens/s": got,
+                            "measured tokens/s": run["tokens_per_second"],
                             "off by": f"{got / run['tokens_per_second'] - 1:+.0%}", "allowed": f"±{tolerance:.0%}"})
 
 
@@ -385,6 +401,20 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
     from ..oracle import check_sampler
 
     rows = rows or (20_000 if FAST else 50_000)
+    sampler = wrap(foreign_sampler)  # reproducible from the torch generator: same seed, same tokens
+    from ..oracle.sampler import draft_rows, setups
+
+    p, q = setups()["temperature"]
+    inputs = draft_rows(p, q, 200, torch.Generator().manual_seed(0))
+    outs = [sampler(*inputs, generator=torch.Generator().manual_seed(seed)) for seed in (1, 1, 2)]
+    same = all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(outs[0], outs[1]))
+    differ = not all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(outs[0], outs[2]))
+    report.cases += 1
+    if not (same and differ):
+        report.rows.append({"sampler": "foreign_sampler", "oracle verdict": "-",
+                            "expected": "same tokens for equal torch seeds, others for another seed",
+                            "first failed check": "equal seeds gave different tokens" if not same
+                            else "the torch generator is ignored"})
     for name, foreign, want in (("foreign_sampler", foreign_sampler, True),
                                 ("foreign_sampler_buggy", foreign_sampler_buggy, False)):
         verdict = check_sampler(wrap(foreign), rows=rows)

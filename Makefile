@@ -1,5 +1,5 @@
-# The commands of the README:  `make demo`,  `make test`  and  `make course`.
-# Both create .venv on first use (Python >= 3.10 and pip are all that is needed).
+# The commands of the README: `make demo`, `make test`, `make course`, `make docs` / `make docs-serve`.
+# Each creates .venv on first use (Python >= 3.10 and pip are all that is needed).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,14 +8,14 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup demo test course bench clean
+.PHONY: setup demo test course docs docs-serve bench clean
 
 setup: $(VENV)/.ready
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,bench,tutorial]"
+	$(PY) -m pip install --quiet -e ".[test,bench,tutorial,docs]"
 	touch $@
 
 demo: setup
@@ -28,6 +28,13 @@ course: setup   # the learner notebooks (exercise solutions replaced by stubs), 
 	$(PY) -m minibass.course build tutorial/notebooks
 	$(VENV)/bin/jupyter lab tutorial/notebooks
 
+docs: setup   # the site into site/, --strict: a broken link, a missing page or an unresolved API name fails
+	MINIBASS_COURSE_FAST=1 MPLBACKEND=Agg $(PY) -m minibass.course execute
+	$(PY) -m mkdocs build --strict
+
+docs-serve: docs
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+
 bench: setup   # all four benchmarks; each writes JSON and a plot to bench_results/
 	$(PY) -m minibass.bench decode
 	$(PY) -m minibass.bench attention
@@ -35,4 +42,4 @@ bench: setup   # all four benchmarks; each writes JSON and a plot to bench_resul
 	$(PY) -m minibass.bench peers
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site build docs/course/*.ipynb docs/bench tutorial/notebooks

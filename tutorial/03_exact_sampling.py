@@ -67,7 +67,7 @@ for i, (values, label) in enumerate([(q, "q (draft)"), (overlap, "min(p, q): kep
     ax.bar(np.arange(4) + (i - 1.5) * w, values.numpy(), w, label=label)
 ax.set_xticks(range(4), [f"token {t}" for t in range(4)])
 ax.set_ylabel("probability")
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
 fig.tight_layout()
 plt.show()
 print("emitted frequencies", freq.numpy().round(4), " p", p.numpy())

@@ -1,17 +1,29 @@
-"""python -m minibass.course build [OUT] [--solutions]: the learner notebooks (default tutorial/notebooks)."""
+"""python -m minibass.course build [OUT] [--solutions] | execute [CHAPTER.py ...] [--out DIR]
+
+build: the learner notebooks (default tutorial/notebooks), exercise solutions replaced by stubs.
+execute: run chapters as scripts and keep their outputs and plots as notebooks (default docs/course).
+"""
 
 import argparse
+import sys
 
 from . import ROOT
 from .build import build
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minibass.course", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["execute"]:
+        from .execute import main as execute_main
+
+        return execute_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m minibass.course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write the learner notebooks (exercise solutions replaced by stubs)")
     b.add_argument("out", nargs="?", default=str(ROOT / "tutorial" / "notebooks"))
     b.add_argument("--solutions", action="store_true", help="keep the reference solutions (for teachers)")
+    sub.add_parser("execute", help="run chapters as scripts, keep outputs and plots as notebooks (docs)")
     args = parser.parse_args(argv)
     for path in build(args.out, solutions=args.solutions):
         print(f"wrote {path}")

@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 # PyTorch is installed first and on its own; pin another build with e.g. `make TORCH=torch==2.6.0 test`.
 TORCH ?= torch==2.13.0
 export HYPOTHESIS_PROFILE ?= ci
+export NO_MKDOCS_2_WARNING ?= 1
 
 .PHONY: setup demo test course docs docs-serve bench clean
 

@@ -154,7 +154,7 @@ def test_a_chapter_runs_in_jupyterlab_in_a_browser(tmp_path):
 def built_site() -> Path:
     """The course chapters executed (reused when up to date) and the site built with --strict."""
     site = ROOT / "build" / "site"
-    env = {**os.environ, "MINIBASS_COURSE_FAST": "1", "MPLBACKEND": "Agg"}
+    env = {**os.environ, "MINIBASS_COURSE_FAST": "1", "MPLBACKEND": "Agg", "NO_MKDOCS_2_WARNING": "1"}
     subprocess.run([sys.executable, "-m", "minibass.course", "execute"], cwd=ROOT, env=env, check=True,
                    capture_output=True)
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,

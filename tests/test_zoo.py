@@ -92,6 +92,26 @@ def test_training_resumes_exactly_where_it_stopped(tmp_path):
     assert json.loads((tmp_path / "parts" / "prompts.json").read_text())["prompts"]
 
 
+def test_a_new_draft_is_distilled_from_a_kept_target(tmp_path):
+    """--target-from keeps a trained target (weights, tokenizer, card) and distils only a new draft."""
+    from safetensors.torch import load_file
+
+    from minibass.zoo import train
+
+    train.main(["--out", str(tmp_path / "first"), "--fast"])
+    train.main(["--out", str(tmp_path / "second"), "--fast", "--seed", "1", "--target-from",
+                str(tmp_path / "first" / "target")])
+    kept, first = (load_file(tmp_path / d / "target" / "model.safetensors") for d in ("second", "first"))
+    assert all(torch.equal(kept[k], first[k]) for k in first)
+    drafts = [load_file(tmp_path / d / "draft" / "model.safetensors") for d in ("first", "second")]
+    assert any(not torch.equal(drafts[0][k], drafts[1][k]) for k in drafts[0])
+    card = (tmp_path / "second" / "draft" / "README.md").read_text()
+    assert "--target-from" in card
+    metrics = json.loads((tmp_path / "second" / "metrics.json").read_text())
+    target_card = (tmp_path / "second" / "target" / "README.md").read_text()
+    assert f"T=0,k=4: {metrics['acceptance']['T=0,k=4']}" in target_card  # the pair's acceptance, updated
+
+
 def test_demo_prompts_are_shipped_data_and_the_runtime_never_imports_training_code():
     script = (
         "import runpy, sys\n"

@@ -38,8 +38,9 @@ rows = []
 for batch in batches:
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in (texts * 2)[:batch]]
     run = measure_run(target, draft, prompts, k, new_tokens)
-    regular = minibass.generate(target, prompts, new_tokens, seed=0, sampling=minibass.SamplingParams(temperature=1.0))
-    measured = run["tokens_per_second"] / regular.stats.tokens_per_second
+    regular = sorted(minibass.generate(target, prompts, new_tokens, seed=0, sampling=minibass.SamplingParams(
+        temperature=1.0)).stats.tokens_per_second for _ in range(3))[1]  # the median of three, as for speculative
+    measured = run["tokens_per_second"] / regular
     predicted = cm.speedup_from_costs(run["regular"], run["verify"], run["draft"], k=k, alpha=run["alpha_live"])
     rows.append((batch, measured, predicted, run))
     print(f"batch {batch:2d}: alpha {run['alpha_live']:.2f}; verify {run['verify'] / run['regular']:.2f} and draft "
@@ -47,7 +48,7 @@ for batch in batches:
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
-ax.plot([r[0] for r in rows], [r[1] for r in rows], "o-", label="measured (this CPU, one run each)")
+ax.plot([r[0] for r in rows], [r[1] for r in rows], "o-", label="measured (this CPU, median of 3 runs)")
 ax.plot([r[0] for r in rows], [r[2] for r in rows], "s--", label="cost model, per sequence")
 ax.axhline(1.0, color="gray", linewidth=0.8)
 ax.set_xscale("log", base=2)
@@ -58,8 +59,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: at batch 1 the prediction and the measurement are close (both are noisy: one run
-# each); at larger batches the measurement tends to fall below it, for a reason the formula leaves out: a batch steps until its
+# What to see: at batch 1 the prediction and the measurement are close (both are noisy: timings on a
+# laptop move by 10–30 % from run to run); at larger batches the measurement tends to fall below
+# it, for a reason the formula leaves out: a batch steps until its
 # *slowest* sequence is done, so its pace is the slowest sequence's tokens per step, not the mean.
 # On this CPU the draft/target cost ratio also rises with the batch, which lowers both curves.
 #

@@ -1,7 +1,8 @@
 """Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
-    python -m minibass.zoo.train --out minibass/zoo/demo --max-minutes 85            # the shipped pair, part 1
-    python -m minibass.zoo.train --out minibass/zoo/demo --max-minutes 85 --resume   # part 2 (~105 min in all, 2 cores)
+    python -m minibass.zoo.train --out OUT --max-minutes 85              # the shipped pair, part 1 (the target)
+    python -m minibass.zoo.train --out OUT --max-minutes 90 --resume     # part 2 (the draft; ~170 min in all, 2 cores)
+    python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target   # only a new draft
     python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
 
 Long runs go in parts: ``--max-minutes M`` stops after M minutes with a checkpoint in
@@ -258,7 +259,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
     parser.add_argument("--fast", action="store_true", help="tiny corpus, tiny models, a few steps (for tests)")
     parser.add_argument("--target-steps", type=int, default=2200)
-    parser.add_argument("--draft-steps", type=int, default=1500)
+    parser.add_argument("--draft-steps", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=4096)

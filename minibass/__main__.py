@@ -65,12 +65,22 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _call_costs(target, draft, batch: int, k: int, context: int = 48) -> dict:
-    """Measured now: a regular decode step, one draft call and one verify of k + 1 tokens, in ms."""
+def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: int = 3) -> dict:
+    """Measured now: a regular decode step, one draft call and one verify of k + 1 tokens, in ms.
+
+    The three are timed in turn, ``rounds`` times (each a median of 7 calls), and the median round of
+    each is kept, so that a slow spell of the machine does not land on one of them alone.
+    """
+    import statistics
+
     from minibass.bench.common import call_ms
 
-    return {"regular": call_ms(target, batch, context, 1), "draft": call_ms(draft, batch, context, 1),
-            "verify": call_ms(target, batch, context, k + 1)}
+    probes = {"regular": (target, 1), "draft": (draft, 1), "verify": (target, k + 1)}
+    times = {name: [] for name in probes}
+    for _ in range(rounds):
+        for name, (model, new) in probes.items():
+            times[name].append(call_ms(model, batch, context, new, reps=7))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:

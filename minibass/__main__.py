@@ -85,21 +85,18 @@ def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: in
 
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     """One paragraph: why speculative decoding pays (or not) here, and where it would stop paying."""
-    import minibass.draft_length as dl
+    from minibass.costmodel import alpha_from_accepted, speedup_from_costs
+    from minibass.draft_length import expected_tokens
 
     fixed = next((r for r in rows if r["policy"] == str(k)), None)
     if fixed is None:
         return "(give a fixed draft length in --draft-lengths for a reading of the table)"
-    # The per-token acceptance alpha whose expected accepted prefix, alpha (1 - alpha^k) / (1 - alpha),
-    # is the mean measured with this fixed k (by bisection: the prefix grows with alpha).
-    low, high = 0.0, 1.0
-    for _ in range(60):
-        alpha = (low + high) / 2
-        low, high = (alpha, high) if dl.expected_tokens(alpha, k) - 1 < fixed["mean_accepted"] else (low, alpha)
-    tokens = dl.expected_tokens(alpha, k)
+    # The per-token acceptance whose expected accepted prefix is the mean measured with this fixed k.
+    alpha = alpha_from_accepted(fixed["mean_accepted"], k)
+    tokens = expected_tokens(alpha, k)
 
     def predicted(c):
-        return tokens * c["regular"] / (c["verify"] + k * c["draft"])
+        return speedup_from_costs(c["regular"], c["verify"], c["draft"], k=k, alpha=alpha)
 
     c = costs_by_batch[batch]
     step_cost = (c["verify"] + k * c["draft"]) / c["regular"]

@@ -36,11 +36,12 @@ docs: setup   # the site into site/, --strict: a broken link, a missing page or 
 docs-serve: docs
 	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
-bench: setup   # all four benchmarks; each writes JSON and a plot to bench_results/
+bench: setup   # all five benchmarks; each writes JSON and a plot to bench_results/
 	$(PY) -m minibass.bench decode
 	$(PY) -m minibass.bench attention
 	$(PY) -m minibass.bench speculative
 	$(PY) -m minibass.bench peers
+	$(PY) -m minibass.bench policies
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis site build docs/course/*.ipynb docs/bench tutorial/notebooks

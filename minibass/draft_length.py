@@ -5,7 +5,7 @@ hears ``update(active, proposed, accepted)`` after it. The loop may propose fewe
 asked near a sequence's budget (never past ``max_new_tokens``); ``proposed`` says what was used.
 Any object with these two methods can be passed as ``draft_length``. A policy that also has
 ``observe_costs(k, draft_seconds, verify_seconds)`` hears, after each step, how long that step's
-draft calls (k of them) and its verify call took.
+draft calls (k of them) took, and the rest of the step (the verify call, acceptance and roll-back).
 
 Every policy decides from the past only, so the output distribution does not depend on it.
 """
@@ -13,6 +13,7 @@ Every policy decides from the past only, so the output distribution does not dep
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -114,30 +115,38 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 @dataclass
 class CostAwareDraftLength:
-    """``draft_length="auto"``: the k that maximises expected tokens per second.
+    """``draft_length="auto"``: the k that maximises expected tokens per second of the batch.
 
-        k* = argmax_{1 <= k <= k_max}  sum_b E[tokens | alpha_b, k] / (cost_verify(k) + k * cost_draft)
+        k* = argmax_{1 <= k <= k_max}  E[tokens | alpha_min, k] / (cost_verify(k) + k * cost_draft)
 
-    alpha_b, sequence b's per-token acceptance, is the mean of a Beta(1, 1) posterior over what
-    it has done so far (each accepted draft token a success, each rejection a failure). The costs
-    are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the mean
-    seconds per draft call, and a least-squares line through the verify times seen at each k.
-    Until two draft lengths have been timed it tries k = 2, then k = 4.
+    alpha_b, sequence b's per-token acceptance, is the mean of a Beta(1/2, 1/2) posterior over its
+    recent steps: each accepted draft token a success, each rejection a failure, and the counts
+    of older steps weighted down by ``memory`` per step (0.6: a step's evidence counts 0.6 one
+    step later, 0.36 two steps later), because acceptance comes in runs: a draft that starts
+    copying the target (a repeated line, a closing bracket) keeps being right for a while, then
+    stops. alpha_min is the lowest alpha_b among the active sequences, because a batch keeps
+    stepping until its slowest sequence is done, and every step costs the whole batch.
+
+    The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
+    mean seconds per draft call, and a least-squares line through the median time of the rest of
+    a step (verify, acceptance, roll-back) at each k. Until two draft lengths have been timed it
+    tries k = 2, then k = 4.
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
-    sequence of the batch and ignores what a step costs; this policy weighs every sequence's
-    acceptance and the measured price of a longer draft, so it stops growing k when the verify
-    call and the extra draft calls cost more than the extra tokens they are expected to bring.
+    sequence of the batch and ignores what a step costs; this policy follows the *slowest* and
+    weighs the measured price of a longer draft, so it stops growing k when the verify call and
+    the extra draft calls cost more than the extra tokens they are expected to bring.
 
     With measured costs the chosen lengths depend on timings, so under sampling two runs with the
     same seed can differ token by token (each is still exact in distribution); pass ``costs`` for
     reproducible runs. Greedy decoding gives the same tokens whatever the lengths.
     """
 
-    k_max: int = 8
+    k_max: int = 16
     costs: DraftCosts | None = None
-    successes: dict[int, int] = field(default_factory=dict)
-    failures: dict[int, int] = field(default_factory=dict)
+    memory: float = 0.6
+    successes: dict[int, float] = field(default_factory=dict)
+    failures: dict[int, float] = field(default_factory=dict)
     draft_seconds: float = 0.0
     draft_calls: int = 0
     verify_times: dict[int, list[float]] = field(default_factory=dict)
@@ -145,17 +154,19 @@ class CostAwareDraftLength:
     def __post_init__(self):
         if isinstance(self.k_max, bool) or not isinstance(self.k_max, int) or self.k_max < 1:
             raise ValueError(f"k_max must be an int >= 1, got {self.k_max!r}")
+        if not 0 <= self.memory <= 1:
+            raise ValueError(f"memory must be in [0, 1], got {self.memory!r}")
 
     def alpha(self, b: int) -> float:
         s, f = self.successes.get(b, 0), self.failures.get(b, 0)
-        return (1 + s) / (2 + s + f)
+        return (0.5 + s) / (1 + s + f)
 
     def measured_costs(self) -> DraftCosts | None:
         if len(self.verify_times) < 2 or not self.draft_calls:
             return None
         ks = sorted(self.verify_times)
         xs = [k + 1.0 for k in ks]
-        ys = [sum(self.verify_times[k]) / len(self.verify_times[k]) for k in ks]
+        ys = [statistics.median(self.verify_times[k]) for k in ks]  # a slow spell of the machine is one outlier
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
         slope = max(slope, 0.0)  # a verify of more tokens never costs less
@@ -165,9 +176,8 @@ class CostAwareDraftLength:
         costs = self.costs or self.measured_costs()
         if costs is None:  # not enough timings yet: try two lengths
             return min(self.k_max, 2 if not self.verify_times else 4)
-        alphas = [self.alpha(b) for b in active]
-        return max(range(1, self.k_max + 1),
-                   key=lambda k: sum(expected_tokens(a, k) for a in alphas) / costs.step(k))
+        slowest = min(self.alpha(b) for b in active)
+        return max(range(1, self.k_max + 1), key=lambda k: expected_tokens(slowest, k) / costs.step(k))
 
     def lengths(self, active):
         return [self.choose(active)] * len(active)
@@ -175,10 +185,11 @@ class CostAwareDraftLength:
     def update(self, active, proposed, accepted):
         for b, k, n in zip(active, proposed, accepted):
             if k > 0:
-                self.successes[b] = self.successes.get(b, 0) + n
-                self.failures[b] = self.failures.get(b, 0) + (n < k)
+                self.successes[b] = self.memory * self.successes.get(b, 0) + n
+                self.failures[b] = self.memory * self.failures.get(b, 0) + (n < k)
 
     def observe_costs(self, k: int, draft_seconds: float, verify_seconds: float) -> None:
+        """``draft_seconds``: the step's k draft calls; ``verify_seconds``: the rest of the step."""
         if k > 0:
             self.draft_seconds += draft_seconds
             self.draft_calls += k

@@ -280,5 +280,6 @@ def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tenso
     drafted = [i for i, k in enumerate(ks) if k > 0]  # sequences that proposed nothing do not take part
     if drafted:
         policy.update([active[i] for i in drafted], [ks[i] for i in drafted], [accepted[i] for i in drafted])
-    if hasattr(policy, "observe_costs"):  # a cost-aware policy hears what this step's calls took
-        policy.observe_costs(max(ks), seconds["draft"], seconds["verify"])
+    if hasattr(policy, "observe_costs"):  # a cost-aware policy hears what the draft calls and the rest took
+        rest = sum(seconds.get(phase, 0.0) for phase in ("verify", "accept", "rollback"))
+        policy.observe_costs(max(ks), seconds["draft"], rest)

@@ -284,7 +284,7 @@ COST_AWARE_CHOICES = [
 
 @pytest.mark.parametrize("alpha,costs,expected", COST_AWARE_CHOICES)
 def test_cost_aware_policy_maximises_expected_tokens_per_second(alpha, costs, expected):
-    s, f = round(alpha * 1000) - 1, round((1 - alpha) * 1000) - 1  # posterior mean (1 + s) / (2 + s + f) = alpha
+    s, f = alpha * 1000 - 0.5, (1 - alpha) * 1000 - 0.5  # posterior mean (1/2 + s) / (1 + s + f) = alpha
     policy = CostAwareDraftLength(k_max=8, costs=costs, successes={0: s, 1: s}, failures={0: f, 1: f})
     assert policy.alpha(0) == pytest.approx(alpha)
     assert policy.lengths([0, 1]) == [expected, expected]
@@ -296,15 +296,44 @@ def test_cost_aware_policy_measures_costs_and_acceptance():
     policy.observe_costs(2, 0.2, 1.10)
     assert policy.lengths([0]) == [4]
     policy.observe_costs(4, 0.4, 1.20)
-    costs = policy.measured_costs()  # 0.1 s per draft call; verify = 0.95 + 0.05 * (k + 1)
+    policy.observe_costs(4, 0.4, 9.99)  # a slow spell: the median of the k = 4 times ignores it
+    policy.observe_costs(4, 0.4, 1.20)
+    costs = policy.measured_costs()  # 0.1 s per draft call; rest of the step = 0.95 + 0.05 * (k + 1)
     assert costs.draft_call == pytest.approx(0.1) and costs.verify_per_token == pytest.approx(0.05)
     assert costs.verify_base == pytest.approx(0.95)
     policy.update([0], [4], [4])  # 4 accepted, no rejection
-    assert policy.alpha(0) == pytest.approx(5 / 6)
-    policy.update([0], [4], [1])  # 1 accepted, then a rejection
-    assert policy.alpha(0) == pytest.approx(6 / 8)
+    assert policy.alpha(0) == pytest.approx(4.5 / 5)
+    policy.update([0], [4], [1])  # 1 accepted, then a rejection; the older step now weighs 0.6
+    assert policy.alpha(0) == pytest.approx((0.5 + 0.6 * 4 + 1) / (1 + 0.6 * 4 + 1 + 1))
     with pytest.raises(ValueError, match="k_max"):
         CostAwareDraftLength(k_max=0)
+    with pytest.raises(ValueError, match="memory"):
+        CostAwareDraftLength(memory=1.5)
+
+
+def test_cost_aware_policy_follows_the_slowest_sequence():
+    """A batch steps until its slowest sequence is done: the choice is the one for the lowest alpha."""
+    costs = DraftCosts(0.1, 1.0, 0.05)
+    fast, slow = 0.95 * 1000 - 0.5, 0.05 * 1000 - 0.5  # alpha 0.95: long drafts pay; alpha 0.3: k = 1
+    policy = CostAwareDraftLength(costs=costs, successes={0: fast, 1: 0.3 * 1000 - 0.5},
+                                  failures={0: slow, 1: 0.7 * 1000 - 0.5})
+    assert policy.lengths([0]) == [CostAwareDraftLength(costs=costs, successes={0: fast},
+                                                        failures={0: slow}).choose([0])]
+    assert policy.lengths([0])[0] > 4
+    assert policy.lengths([0, 1]) == [1, 1]
+
+
+def test_cost_aware_policy_forgets_old_steps():
+    """After a run of rejections, a few fully accepted drafts lift alpha quickly (memory 0.6);
+    with memory 1 (every step counts forever) the same history keeps it low."""
+    history = [(4, 0)] * 20 + [(4, 4)] * 3
+    alphas = {}
+    for memory in (0.6, 1.0):
+        policy = CostAwareDraftLength(memory=memory)
+        for k, n in history:
+            policy.update([0], [k], [n])
+        alphas[memory] = policy.alpha(0)
+    assert alphas[0.6] > 0.8 > 0.5 > alphas[1.0]
 
 
 def test_same_seed_same_tokens(models):

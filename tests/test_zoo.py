@@ -178,3 +178,28 @@ def test_training_fast_mode_and_mismatched_tokenizers(tmp_path):
     target_dir, _ = zoo.demo_paths()
     mismatch = run_cli("generate", "--target", str(target_dir), "--draft", str(tmp_path / "draft"), "--prompt", "x")
     assert mismatch.returncode == 2 and "tokenizers" in mismatch.stderr
+
+
+@pytest.mark.parametrize("policy", [1, 3, "dynamic", "auto"])
+def test_policy_replay_steps_like_the_loop(policy):
+    """``bench policies`` replays greedy decoding on recorded agreement runs; it must take the same
+    steps, draft lengths and acceptances as ``speculative_generate`` itself (float64, so that no
+    near-tie of the two models' greedy tokens can differ between the two ways of computing them)."""
+    from minibass.bench.policies import CallCosts, agreement_runs, replay
+    from minibass.draft_length import CostAwareDraftLength, DraftCosts
+
+    target, draft, tokenizer = zoo.load_demo_pair(dtype=torch.float64)
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(3)]
+    new_tokens, k_max = 14, 32
+
+    def make():  # "auto" with fixed costs, so that both runs choose alike
+        return CostAwareDraftLength(costs=DraftCosts(0.1, 1.0, 0.1)) if policy == "auto" else policy
+
+    real = minibass.speculative_generate(target, draft, prompts, new_tokens, draft_length=make(),
+                                         sampling=minibass.SamplingParams(temperature=0), attention="padded")
+    runs = agreement_runs(target, draft, prompts, new_tokens, k_max)
+    costs = CallCosts({1: {"regular": 1.0, "draft": 0.1, "verify5": 1.4}})
+    replayed = replay(make(), runs, new_tokens, costs, k_max)
+    assert replayed["steps"] == real.stats.steps
+    assert replayed["draft_lengths"] == real.stats.draft_lengths
+    assert replayed["accepted"] == real.stats.accepted

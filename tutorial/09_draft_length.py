@@ -64,10 +64,12 @@ for i, (length, b) in enumerate(zip(run.stats.draft_lengths, best)):
 #
 # Algorithm 1 follows the *best* sequence of the batch and never looks at what a step costs.
 # minibass's `"auto"` policy does both (`CostAwareDraftLength`): it keeps a per-sequence estimate
-# `α_b` (a Beta(1, 1) posterior over its acceptances so far) and the measured cost of a draft call
-# and of a verify call of each length, and picks
+# `α_b` (a Beta(½, ½) posterior over its recent acceptances, older steps weighted down by 0.6 per
+# step, because acceptance comes in runs), the measured cost of a draft call and of the rest of a
+# step at each length, and picks the k that is best for the *slowest* sequence, since the batch
+# steps until that one is done:
 #
-# $$ k^* = \arg\max_{1 \le k \le k_\max} \frac{\sum_b E[\text{tokens} \mid \alpha_b, k]}{c_\text{verify}(k) + k\, c_\text{draft}} . $$
+# $$ k^* = \arg\max_{1 \le k \le k_\max} \frac{E[\text{tokens} \mid \alpha_\min, k]}{c_\text{verify}(k) + k\, c_\text{draft}}, \qquad \alpha_\min = \min_b \alpha_b . $$
 #
 # Both depend only on the past, so the output distribution is unchanged (the test suite proves it).
 #

@@ -4,7 +4,7 @@ import importlib
 import sys
 
 BENCHMARKS = {"decode": "minibass.bench.decode", "attention": "minibass.bench.attention", "peers": "minibass.bench.peers",
-              "speculative": "minibass.bench.speculative"}
+              "speculative": "minibass.bench.speculative", "policies": "minibass.bench.policies"}
 
 
 def main(argv=None):

@@ -102,7 +102,7 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     step_cost = (c["verify"] + k * c["draft"]) / c["regular"]
     lines = [f"Reading: with k = {k}, each step emits {tokens:.2f} tokens per sequence on average "
              f"(per-token acceptance {alpha:.2f}) and costs one verify ({c['verify'] / c['regular']:.2f} regular steps) "
-             f"plus {k} draft calls ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
+             f"plus {k} draft call{'s' if k != 1 else ''} ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
              f"{step_cost:.2f} = {predicted(c):.2f}x predicted per sequence."]
     if batch > 1 and fixed["calls"] > 1:  # the batch steps until its slowest sequence is done
         pace = fixed["longest"] / (fixed["calls"] - 1)
@@ -119,7 +119,8 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
                f"{k + 1} tokens per sequence costs {s['verify'] / s['regular']:.2f} regular steps and a draft call "
                f"{s['draft'] / s['regular']:.2f}.")
     else:
-        end = "it pays at every batch size measured here."
+        end = ("per sequence it would pay at every batch size measured here" +
+               ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
     lines.append(f"Predicted per sequence from the call costs measured at other batch sizes ({trend}), {end}")
     return " ".join(lines)
 
@@ -254,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft-length policies to compare (default: 1 2 3 4 dynamic auto)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each method, the median is shown (default 3)")
+    p.add_argument("--repeats", type=int, default=5, help="runs of each method, the median is shown (default 5)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")

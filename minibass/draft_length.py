@@ -130,7 +130,7 @@ class CostAwareDraftLength:
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
     mean seconds per draft call, and a least-squares line through the median time of the rest of
     a step (verify, acceptance, roll-back) at each k. Until two draft lengths have been timed it
-    tries k = 2, then k = 4.
+    tries k = 1, then k = 3 (cheap steps, far enough apart to draw a line).
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
     sequence of the batch and ignores what a step costs; this policy follows the *slowest* and
@@ -175,7 +175,7 @@ class CostAwareDraftLength:
     def choose(self, active: list[int]) -> int:
         costs = self.costs or self.measured_costs()
         if costs is None:  # not enough timings yet: try two lengths
-            return min(self.k_max, 2 if not self.verify_times else 4)
+            return min(self.k_max, 1 if not self.verify_times else 3)
         slowest = min(self.alpha(b) for b in active)
         return max(range(1, self.k_max + 1), key=lambda k: expected_tokens(slowest, k) / costs.step(k))
 

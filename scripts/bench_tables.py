@@ -59,12 +59,37 @@ def speculative_table(d, backend: str) -> str:
     return "\n".join(lines)
 
 
+def peers_table(d) -> str:
+    names = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
+    lines = ["| temperature | batch | " + " | ".join(names) + " | greedy outputs identical |", "|" + "---|" * 7]
+    for r in d["rows"]:
+        same = "-" if "greedy_identical" not in r else ("yes" if all(r["greedy_identical"].values()) else "no")
+        cells = [f"{r[f'{n}_tok_s']:.0f} tok/s ({r[f'{n}_vs_hf_generate']:.2f}x)" for n in names]
+        lines.append(f"| {r['temperature']} | {r['batch']} | " + " | ".join(cells) + f" | {same} |")
+    return "\n".join(lines)
+
+
+def policies_table(d) -> str:
+    names = list(d["rows"][0]["speedup"])
+    label = {n: f"k={n}" if n.isdigit() else n for n in names}
+    lines = ["| batch | groups | " + " | ".join(label[n] for n in names) + " |", "|" + "---|" * (2 + len(names))]
+    for r in d["rows"]:
+        best = max(r["speedup"][n] for n in names if n.isdigit())
+        cells = [f"**{r['speedup'][n]:.2f}x**" if n.isdigit() and r["speedup"][n] == best else f"{r['speedup'][n]:.2f}x"
+                 for n in names]
+        lines.append(f"| {r['batch']} | {r['groups']} | " + " | ".join(cells) + " |")
+    costs = "; ".join(f"batch {b}: regular {c['regular']:.2f} ms, draft {c['draft'] / c['regular']:.2f}, verify of 5 "
+                      f"{c['verify5'] / c['regular']:.2f}" for b, c in d["costs_ms"].items())
+    return "\n".join(lines) + f"\n\nCall costs (draft and verify in regular steps): {costs}."
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     for name, render in [("decode", decode_table), ("attention", attention_table),
-                         ("speculative", lambda d: speculative_table(d, "padded"))]:
+                         ("speculative", lambda d: speculative_table(d, "padded")), ("peers", peers_table),
+                         ("policies", policies_table)]:
         data = load(name, args.device)
         if data:
             p = data["provenance"]

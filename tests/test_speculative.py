@@ -292,12 +292,12 @@ def test_cost_aware_policy_maximises_expected_tokens_per_second(alpha, costs, ex
 
 def test_cost_aware_policy_measures_costs_and_acceptance():
     policy = CostAwareDraftLength()
-    assert policy.lengths([0]) == [2]  # nothing timed yet: try 2, then 4
-    policy.observe_costs(2, 0.2, 1.10)
-    assert policy.lengths([0]) == [4]
-    policy.observe_costs(4, 0.4, 1.20)
-    policy.observe_costs(4, 0.4, 9.99)  # a slow spell: the median of the k = 4 times ignores it
-    policy.observe_costs(4, 0.4, 1.20)
+    assert policy.lengths([0]) == [1]  # nothing timed yet: try 1, then 3
+    policy.observe_costs(1, 0.1, 1.05)
+    assert policy.lengths([0]) == [3]
+    policy.observe_costs(3, 0.3, 1.15)
+    policy.observe_costs(3, 0.3, 9.99)  # a slow spell: the median of the k = 3 times ignores it
+    policy.observe_costs(3, 0.3, 1.15)
     costs = policy.measured_costs()  # 0.1 s per draft call; rest of the step = 0.95 + 0.05 * (k + 1)
     assert costs.draft_call == pytest.approx(0.1) and costs.verify_per_token == pytest.approx(0.05)
     assert costs.verify_base == pytest.approx(0.95)

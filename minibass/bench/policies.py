@@ -12,7 +12,7 @@ This benchmark
    (one batched draft call per prompt), with ``--k-max`` the longest run it looks for;
 2. measures, once, the forward calls the loop makes at each batch size: a regular step, a draft
    call, and a verify of 1 and of 5 tokens per sequence (a line in between and beyond), the same
-   probes as ``make demo``, median of 3 rounds;
+   probes as ``make demo`` (each a median of 7 calls, the median of 5 rounds kept);
 3. replays the loop for every policy, exactly as ``speculative_generate`` steps it (the same
    budget cap, the same ``update`` and ``observe_costs`` calls, the batch shrinking as
    sequences finish), adding up the measured call costs instead of timing anything, over
@@ -83,7 +83,7 @@ class CallCosts:
         return one + k * (self._at(batch, "verify5") - one) / 4
 
 
-def measure_costs(target, draft, batch_sizes, context: int = 48, rounds: int = 3) -> CallCosts:
+def measure_costs(target, draft, batch_sizes, context: int = 48, rounds: int = 5) -> CallCosts:
     """The probes of ``make demo`` at each batch size, in seconds: each a median of 7 calls, the three
     taken in turn ``rounds`` times, the median round of each kept."""
     probes = {}
@@ -167,7 +167,7 @@ def run(batch_sizes, policies, new_tokens, k_max, out, plot):
     payload = {"provenance": provenance("cpu"), "pair": "the shipped demo pair, held-out code prompts",
                "new_tokens": new_tokens, "k_max": k_max, "prompts": len(prompts),
                "costs_ms": {b: {k: 1e3 * v for k, v in p.items()} for b, p in costs.probes.items()},
-               "timing": "none: call costs measured once (median of 3 rounds of 7 calls), then added up",
+               "timing": "none: call costs measured once (median of 5 rounds of 7 calls), then added up",
                "runs": runs, "rows": rows}
     print(f"wrote {write_json(out, payload)}")
     if plot:
@@ -185,7 +185,7 @@ def make_plot(payload, path):
                 label=f"k={name}" if name.isdigit() else name, lw=2 if name == "auto" else 1)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set(xlabel="batch size", ylabel="speed-up over regular decoding", xscale="log",
-           title="greedy runs replayed with measured call costs (no timing noise)")
+           title="greedy runs replayed, priced with call costs measured once")
     ax.set_xticks([r["batch"] for r in rows], [str(r["batch"]) for r in rows])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)

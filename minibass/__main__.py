@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import textwrap
 
@@ -68,8 +69,9 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: int = 3) -> dict:
     """Measured now: a regular decode step, one draft call and one verify of k + 1 tokens, in ms.
 
-    The three are timed in turn, ``rounds`` times (each a median of 7 calls), and the median round of
-    each is kept, so that a slow spell of the machine does not land on one of them alone.
+    The three are timed in turn, ``rounds`` times (each a median of 7 calls). The regular step is
+    the median round's; the other two are that times the median of their per-round ratios to the
+    regular step, so that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
     """
     import statistics
 
@@ -80,7 +82,9 @@ def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: in
     for _ in range(rounds):
         for name, (model, new) in probes.items():
             times[name].append(call_ms(model, batch, context, new, reps=7))
-    return {name: statistics.median(values) for name, values in times.items()}
+    regular = statistics.median(times["regular"])
+    return {"regular": regular, **{name: regular * statistics.median(t / r for t, r in zip(times[name], times["regular"]))
+                                   for name in ("draft", "verify")}}
 
 
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
@@ -146,7 +150,8 @@ def demo(args) -> int:
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new greedy tokens, "
-          f"attention {backend!r}, device {args.device}; median of {args.repeats} runs each")
+          f"attention {backend!r}, device {args.device}; median of {args.repeats} runs each (speed-up: of the ratios to "
+          f"the regular run of the same round)")
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)
@@ -161,18 +166,22 @@ def demo(args) -> int:
                                                    draft_length=policy, **common)
         runs.setdefault("regular" if kind == "regular" else str(policy), []).append(result)
     results = {name: sorted(rs, key=lambda r: r.stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
-    base = results["regular"].stats
+    # Speed-up: the median over repeats of each run against the regular run of the same repeat, so
+    # that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
+    speedups = {name: statistics.median(r.stats.tokens_per_second / b.stats.tokens_per_second
+                                        for r, b in zip(rs, runs["regular"])) for name, rs in runs.items()}
     fixed = [p for p in policies if isinstance(p, int)]  # the reading explains the fastest fixed length
-    k = max(fixed, key=lambda p: results[str(p)].stats.tokens_per_second) if fixed else 4
+    k = max(fixed, key=lambda p: speedups[str(p)]) if fixed else 4
     rows = []
     for name, result in results.items():
         s = result.stats
         lengths = s.draft_lengths
+        speedup = speedups[name]
         rows.append({
             "policy": name, "mean_accepted": s.mean_accepted,
-            "speedup": s.tokens_per_second / base.tokens_per_second,
+            "speedup": speedup,
             "method": "regular generate" if name == "regular" else f"speculative, k = {name}",
-            "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{s.tokens_per_second / base.tokens_per_second:.2f}x",
+            "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{speedup:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
             "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
             "calls": s.target_calls, "longest": max(map(len, result.tokens)),

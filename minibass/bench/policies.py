@@ -12,7 +12,8 @@ This benchmark
    (one batched draft call per prompt), with ``--k-max`` the longest run it looks for;
 2. measures, once, the forward calls the loop makes at each batch size: a regular step, a draft
    call, and a verify of 1 and of 5 tokens per sequence (a line in between and beyond), the same
-   probes as ``make demo`` (each a median of 7 calls, the median of 5 rounds kept);
+   probes as ``make demo`` (each a median of 7 calls, 5 rounds, the draft and verify as ratios to
+   the regular step of the same round);
 3. replays the loop for every policy, exactly as ``speculative_generate`` steps it (the same
    budget cap, the same ``update`` and ``observe_costs`` calls, the batch shrinking as
    sequences finish), adding up the measured call costs instead of timing anything, over
@@ -85,7 +86,8 @@ class CallCosts:
 
 def measure_costs(target, draft, batch_sizes, context: int = 48, rounds: int = 5) -> CallCosts:
     """The probes of ``make demo`` at each batch size, in seconds: each a median of 7 calls, the three
-    taken in turn ``rounds`` times, the median round of each kept."""
+    taken in turn ``rounds`` times; the median regular step, and the median per-round ratio of the
+    other two to it."""
     probes = {}
     for batch in batch_sizes:
         times = {"regular": [], "draft": [], "verify5": []}
@@ -93,7 +95,9 @@ def measure_costs(target, draft, batch_sizes, context: int = 48, rounds: int = 5
             times["regular"].append(call_ms(target, batch, context, 1, reps=7) / 1e3)
             times["draft"].append(call_ms(draft, batch, context, 1, reps=7) / 1e3)
             times["verify5"].append(call_ms(target, batch, context, 5, reps=7) / 1e3)
-        probes[batch] = {name: statistics.median(values) for name, values in times.items()}
+        regular = statistics.median(times["regular"])  # the others: per-round ratios to it, as in ``make demo``
+        probes[batch] = {"regular": regular, **{name: regular * statistics.median(
+            t / r for t, r in zip(times[name], times["regular"])) for name in ("draft", "verify5")}}
     return CallCosts(probes)
 
 
@@ -167,7 +171,7 @@ def run(batch_sizes, policies, new_tokens, k_max, out, plot):
     payload = {"provenance": provenance("cpu"), "pair": "the shipped demo pair, held-out code prompts",
                "new_tokens": new_tokens, "k_max": k_max, "prompts": len(prompts),
                "costs_ms": {b: {k: 1e3 * v for k, v in p.items()} for b, p in costs.probes.items()},
-               "timing": "none: call costs measured once (median of 5 rounds of 7 calls), then added up",
+               "timing": "none: call costs measured once (5 rounds of 7 calls, ratios per round), then added up",
                "runs": runs, "rows": rows}
     print(f"wrote {write_json(out, payload)}")
     if plot:

@@ -73,8 +73,6 @@ def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: in
     the median round's; the other two are that times the median of their per-round ratios to the
     regular step, so that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
     """
-    import statistics
-
     from minibass.bench.common import call_ms
 
     probes = {"regular": (target, 1), "draft": (draft, 1), "verify": (target, k + 1)}
@@ -130,7 +128,7 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
 
 
 def demo(args) -> int:
-    """Regular batched decoding vs batched speculative decoding with a fixed k, BASS dynamic and auto."""
+    """Regular batched decoding vs batched speculative decoding with fixed draft lengths, BASS dynamic and auto."""
     from tqdm import tqdm
 
     import minibass
@@ -145,13 +143,13 @@ def demo(args) -> int:
     texts = (texts * args.batch_size)[:args.batch_size]
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     backend = args.attention or minibass.attention.default_backend(args.device)
-    policies = [parse_draft_length(p) for p in args.draft_lengths]
+    policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
     greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new greedy tokens, "
-          f"attention {backend!r}, device {args.device}; median of {args.repeats} runs each (speed-up: of the ratios to "
-          f"the regular run of the same round)")
+          f"attention {backend!r}, device {args.device}; tokens/s: median of {args.repeats} runs; speed-up: median "
+          f"of {args.repeats} per-round ratios to regular")
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)

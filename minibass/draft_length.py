@@ -13,7 +13,6 @@ Every policy decides from the past only, so the output distribution does not dep
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,13 +90,15 @@ class PerSequenceDynamicDraftLength:
         return [self.states.setdefault(b, BassDynamicDraftLength()).lengths([b])[0] for b in active]
 
     def update(self, active, proposed, accepted):
+        self.batch = len(active)
         for b, k, n in zip(active, proposed, accepted):
             self.states[b].update([b], [k], [n])
 
 
 @dataclass
 class DraftCosts:
-    """Seconds per step: one draft call, and one verify call as ``verify_base + verify_per_token * (k + 1)``."""
+    """Seconds per step: one draft call, and the rest of the step (the verify call, acceptance and
+    roll-back) as ``verify_base + verify_per_token * (k + 1)``."""
 
     draft_call: float
     verify_base: float
@@ -119,18 +120,21 @@ class CostAwareDraftLength:
 
         k* = argmax_{1 <= k <= k_max}  E[tokens | alpha_min, k] / (cost_verify(k) + k * cost_draft)
 
-    alpha_b, sequence b's per-token acceptance, is the mean of a Beta(1/2, 1/2) posterior over its
-    recent steps: each accepted draft token a success, each rejection a failure, and the counts
-    of older steps weighted down by ``memory`` per step (0.6: a step's evidence counts 0.6 one
-    step later, 0.36 two steps later), because acceptance comes in runs: a draft that starts
-    copying the target (a repeated line, a closing bracket) keeps being right for a while, then
-    stops. alpha_min is the lowest alpha_b among the active sequences, because a batch keeps
-    stepping until its slowest sequence is done, and every step costs the whole batch.
+    alpha_b, sequence b's per-token acceptance, is the mean of a Beta posterior over its recent
+    trials: each accepted draft token a success, each rejection a failure, older steps weighted
+    down by ``memory`` per step (0.9), because acceptance comes in runs (a draft that starts
+    copying the target, a repeated line or a closing bracket, keeps being right for a while, then
+    stops). Its prior is the batch's pooled estimate (every active sequence's trials together,
+    under a Beta(1/2, 1/2) prior), worth ``pull`` trials (2), so that one unlucky rejection does
+    not make a sequence look like the slowest. alpha_min is the lowest alpha_b among the active
+    sequences, because a batch keeps stepping until its slowest sequence is done, and every step
+    costs the whole batch.
 
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
-    mean seconds per draft call, and a least-squares line through the median time of the rest of
-    a step (verify, acceptance, roll-back) at each k. Until two draft lengths have been timed it
-    tries k = 1, then k = 3 (cheap steps, far enough apart to draw a line).
+    fastest time seen per draft call, and a least-squares line through the fastest time seen of
+    the rest of a step (verify, acceptance, roll-back) at each k, for the batch size at hand (a
+    slow spell of the machine only ever adds time, so the fastest is the call's own cost). Until two draft lengths have been timed twice
+    each it tries k = 1, 3, 1, 3 (cheap steps, far enough apart to draw a line).
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
     sequence of the batch and ignores what a step costs; this policy follows the *slowest* and
@@ -144,45 +148,64 @@ class CostAwareDraftLength:
 
     k_max: int = 16
     costs: DraftCosts | None = None
-    memory: float = 0.6
+    memory: float = 0.9
+    pull: float = 2.0
     successes: dict[int, float] = field(default_factory=dict)
     failures: dict[int, float] = field(default_factory=dict)
-    draft_seconds: float = 0.0
-    draft_calls: int = 0
-    verify_times: dict[int, list[float]] = field(default_factory=dict)
+    draft_times: list[float] = field(default_factory=list)  # seconds per draft call, one entry per step
+    verify_times: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (batch, k) -> seconds
+    batch: int = 0  # how many sequences took part in the latest step
 
     def __post_init__(self):
         if isinstance(self.k_max, bool) or not isinstance(self.k_max, int) or self.k_max < 1:
             raise ValueError(f"k_max must be an int >= 1, got {self.k_max!r}")
         if not 0 <= self.memory <= 1:
             raise ValueError(f"memory must be in [0, 1], got {self.memory!r}")
+        if self.pull < 0:
+            raise ValueError(f"pull must be >= 0, got {self.pull!r}")
 
-    def alpha(self, b: int) -> float:
-        s, f = self.successes.get(b, 0), self.failures.get(b, 0)
-        return (0.5 + s) / (1 + s + f)
+    def alphas(self, active: list[int]) -> list[float]:
+        """The per-token acceptance of each active sequence (posterior means, see the class)."""
+        s = [self.successes.get(b, 0.0) for b in active]
+        f = [self.failures.get(b, 0.0) for b in active]
+        batch = (0.5 + sum(s)) / (1 + sum(s) + sum(f))  # pooled, under Beta(1/2, 1/2)
+        return [(s_b + self.pull * batch) / (s_b + f_b + self.pull) for s_b, f_b in zip(s, f)]
 
-    def measured_costs(self) -> DraftCosts | None:
-        if len(self.verify_times) < 2 or not self.draft_calls:
+    def measured_costs(self, batch: int | None = None) -> DraftCosts | None:
+        """Costs from the timings seen, at ``batch`` sequences (or the nearest larger batch timed at two
+        lengths: the batch shrinks as sequences finish); None until two lengths are timed twice."""
+        by_batch: dict[int, dict[int, list[float]]] = {}
+        for (n, k), times in self.verify_times.items():
+            by_batch.setdefault(n, {})[k] = times
+        usable = [n for n, timed in by_batch.items() if sum(len(t) >= 2 for t in timed.values()) >= 2]
+        if not usable or not self.draft_times:
             return None
-        ks = sorted(self.verify_times)
+        n = min((m for m in usable if batch is None or m >= batch), default=max(usable))
+        # The fastest time seen: a slow spell of the machine only ever adds time, so the minimum is
+        # the call's own cost, and two samples suffice to drop one spell.
+        ks = sorted(by_batch[n])
         xs = [k + 1.0 for k in ks]
-        ys = [statistics.median(self.verify_times[k]) for k in ks]  # a slow spell of the machine is one outlier
+        ys = [min(by_batch[n][k]) for k in ks]
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
         slope = max(slope, 0.0)  # a verify of more tokens never costs less
-        return DraftCosts(self.draft_seconds / self.draft_calls, mean_y - slope * mean_x, slope)
+        base = max(mean_y - slope * mean_x, 0.0)
+        return DraftCosts(min(self.draft_times), base, slope)
 
     def choose(self, active: list[int]) -> int:
-        costs = self.costs or self.measured_costs()
-        if costs is None:  # not enough timings yet: try two lengths
-            return min(self.k_max, 1 if not self.verify_times else 3)
-        slowest = min(self.alpha(b) for b in active)
+        costs = self.costs or self.measured_costs(len(active))
+        if costs is None:  # not enough timings yet: try k = 1, 3, 1, 3
+            short, long = 1, min(3, self.k_max)
+            timed = {k: sum(len(t) for (_, j), t in self.verify_times.items() if j == k) for k in (short, long)}
+            return long if timed[short] > timed[long] else short
+        slowest = min(self.alphas(active))
         return max(range(1, self.k_max + 1), key=lambda k: expected_tokens(slowest, k) / costs.step(k))
 
     def lengths(self, active):
         return [self.choose(active)] * len(active)
 
     def update(self, active, proposed, accepted):
+        self.batch = len(active)
         for b, k, n in zip(active, proposed, accepted):
             if k > 0:
                 self.successes[b] = self.memory * self.successes.get(b, 0) + n
@@ -190,10 +213,9 @@ class CostAwareDraftLength:
 
     def observe_costs(self, k: int, draft_seconds: float, verify_seconds: float) -> None:
         """``draft_seconds``: the step's k draft calls; ``verify_seconds``: the rest of the step."""
-        if k > 0:
-            self.draft_seconds += draft_seconds
-            self.draft_calls += k
-        self.verify_times.setdefault(k, []).append(verify_seconds)
+        if k > 0:  # (a step where nobody drafts, at the budget's end, is a plain target step: not timed)
+            self.draft_times.append(draft_seconds / k)
+            self.verify_times.setdefault((self.batch, k), []).append(verify_seconds)
 
 
 def parse_draft_length(text: str):

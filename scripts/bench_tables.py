@@ -74,7 +74,7 @@ def policies_table(d) -> str:
     label = {n: f"k={n}" if n.isdigit() else n for n in names}
     lines = ["| batch | groups | " + " | ".join(label[n] for n in names) + " |", "|" + "---|" * (2 + len(names))]
     for r in d["rows"]:
-        best = max(r["speedup"][n] for n in names if n.isdigit())
+        best = max((r["speedup"][n] for n in names if n.isdigit()), default=None)
         cells = [f"**{r['speedup'][n]:.2f}x**" if n.isdigit() and r["speedup"][n] == best else f"{r['speedup'][n]:.2f}x"
                  for n in names]
         lines.append(f"| {r['batch']} | {r['groups']} | " + " | ".join(cells) + " |")

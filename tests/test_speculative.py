@@ -284,56 +284,99 @@ COST_AWARE_CHOICES = [
 
 @pytest.mark.parametrize("alpha,costs,expected", COST_AWARE_CHOICES)
 def test_cost_aware_policy_maximises_expected_tokens_per_second(alpha, costs, expected):
-    s, f = alpha * 1000 - 0.5, (1 - alpha) * 1000 - 0.5  # posterior mean (1/2 + s) / (1 + s + f) = alpha
+    s, f = alpha * 1000, (1 - alpha) * 1000  # 1000 trials each: the posterior mean is alpha to 1e-3
     policy = CostAwareDraftLength(k_max=8, costs=costs, successes={0: s, 1: s}, failures={0: f, 1: f})
-    assert policy.alpha(0) == pytest.approx(alpha)
+    assert policy.alphas([0, 1]) == pytest.approx([alpha, alpha], abs=1e-3)
     assert policy.lengths([0, 1]) == [expected, expected]
 
 
 def test_cost_aware_policy_measures_costs_and_acceptance():
     policy = CostAwareDraftLength()
-    assert policy.lengths([0]) == [1]  # nothing timed yet: try 1, then 3
-    policy.observe_costs(1, 0.1, 1.05)
-    assert policy.lengths([0]) == [3]
-    policy.observe_costs(3, 0.3, 1.15)
-    policy.observe_costs(3, 0.3, 9.99)  # a slow spell: the median of the k = 3 times ignores it
-    policy.observe_costs(3, 0.3, 1.15)
+    for k, rest in [(1, 1.05), (3, 1.15), (1, 1.05), (3, 9.99)]:  # nothing timed twice yet: 1, 3, 1, 3
+        assert policy.lengths([0]) == [k] and policy.measured_costs() is None
+        policy.observe_costs(k, 0.1 * k, rest)
     costs = policy.measured_costs()  # 0.1 s per draft call; rest of the step = 0.95 + 0.05 * (k + 1)
     assert costs.draft_call == pytest.approx(0.1) and costs.verify_per_token == pytest.approx(0.05)
-    assert costs.verify_base == pytest.approx(0.95)
+    assert costs.verify_base == pytest.approx(0.95)  # the fastest k = 3 time: the slow spell (9.99) is dropped
+    policy.observe_costs(1, 0.1, 1.50)  # slower again at k = 1: the fastest is kept
+    assert policy.measured_costs() == costs
+    policy.observe_costs(3, 0.3, 0.5)  # a verify of 4 tokens cheaper than one of 2: the line is flat, not falling
+    assert policy.measured_costs().verify_per_token == 0.0
+    policy = CostAwareDraftLength(pull=0)  # no pull towards the batch: the plain Beta(1/2, 1/2) posterior
     policy.update([0], [4], [4])  # 4 accepted, no rejection
-    assert policy.alpha(0) == pytest.approx(4.5 / 5)
-    policy.update([0], [4], [1])  # 1 accepted, then a rejection; the older step now weighs 0.6
-    assert policy.alpha(0) == pytest.approx((0.5 + 0.6 * 4 + 1) / (1 + 0.6 * 4 + 1 + 1))
-    with pytest.raises(ValueError, match="k_max"):
-        CostAwareDraftLength(k_max=0)
-    with pytest.raises(ValueError, match="memory"):
-        CostAwareDraftLength(memory=1.5)
+    assert policy.alphas([0]) == pytest.approx([4 / 4])  # with pull 0 and one sequence: s / (s + f)
+    policy.update([0], [4], [1])  # 1 accepted, then a rejection; the older step now weighs 0.9
+    assert policy.alphas([0]) == pytest.approx([(0.9 * 4 + 1) / (0.9 * 4 + 1 + 1)])
+    for bad, match in [(dict(k_max=0), "k_max"), (dict(memory=1.5), "memory"), (dict(pull=-1), "pull")]:
+        with pytest.raises(ValueError, match=match):
+            CostAwareDraftLength(**bad)
+
+
+def test_cost_aware_policy_prices_each_batch_size_apart():
+    """The batch shrinks as sequences finish, and a smaller batch steps faster: costs are fitted per
+    batch size, from the nearest larger batch timed at two lengths when the current one is not."""
+    policy = CostAwareDraftLength()
+    for batch, scale in ((8, 2.0), (2, 1.0)):
+        for k in (1, 3, 1, 3):
+            policy.update(list(range(batch)), [k] * batch, [0] * batch)
+            policy.observe_costs(k, 0.1 * k * scale, scale * (0.95 + 0.05 * (k + 1)))
+    assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
+    assert policy.measured_costs(2).verify_base == pytest.approx(0.95)
+    assert policy.measured_costs(4).verify_base == pytest.approx(1.9)  # not timed at 4: batch 8's, the dearer
+    policy.observe_costs(0, 0.0, 0.01)  # nobody drafted (the budget's end): a plain target step, not timed
+    assert (2, 0) not in policy.verify_times
 
 
 def test_cost_aware_policy_follows_the_slowest_sequence():
     """A batch steps until its slowest sequence is done: the choice is the one for the lowest alpha."""
     costs = DraftCosts(0.1, 1.0, 0.05)
-    fast, slow = 0.95 * 1000 - 0.5, 0.05 * 1000 - 0.5  # alpha 0.95: long drafts pay; alpha 0.3: k = 1
-    policy = CostAwareDraftLength(costs=costs, successes={0: fast, 1: 0.3 * 1000 - 0.5},
-                                  failures={0: slow, 1: 0.7 * 1000 - 0.5})
-    assert policy.lengths([0]) == [CostAwareDraftLength(costs=costs, successes={0: fast},
-                                                        failures={0: slow}).choose([0])]
-    assert policy.lengths([0])[0] > 4
-    assert policy.lengths([0, 1]) == [1, 1]
+    high, low = dict(successes=950.0, failures=50.0), dict(successes=300.0, failures=700.0)  # alpha 0.95, 0.3
+    policy = CostAwareDraftLength(costs=costs, successes={0: high["successes"], 1: low["successes"]},
+                                  failures={0: high["failures"], 1: low["failures"]})
+    assert policy.lengths([0])[0] >= 12  # alpha 0.95 and cheap drafts: long drafts
+    assert policy.lengths([1]) == [1]
+    assert policy.lengths([0, 1]) == [1, 1]  # together: what the slow one needs
+
+
+def test_cost_aware_policy_pulls_a_short_history_towards_the_batch():
+    """One rejection in a sequence's only step does not make it the batch's slowest when the batch
+    as a whole accepts nearly everything."""
+    policy = CostAwareDraftLength(costs=DraftCosts(0.1, 1.0, 0.05))
+    policy.successes, policy.failures = {0: 200.0, 1: 0.0}, {0: 2.0, 1: 1.0}  # 1: a single step, 0 of 4 accepted
+    unpulled = CostAwareDraftLength(costs=policy.costs, pull=0, successes=dict(policy.successes),
+                                    failures=dict(policy.failures))
+    assert unpulled.alphas([0, 1])[1] < 0.01 and unpulled.lengths([0, 1]) == [1, 1]
+    assert policy.alphas([0, 1])[1] > 0.6 and policy.lengths([0, 1])[0] > 1
 
 
 def test_cost_aware_policy_forgets_old_steps():
-    """After a run of rejections, a few fully accepted drafts lift alpha quickly (memory 0.6);
-    with memory 1 (every step counts forever) the same history keeps it low."""
-    history = [(4, 0)] * 20 + [(4, 4)] * 3
+    """After a run of rejections, fully accepted drafts lift alpha (memory 0.9); with memory 1
+    (every step counts forever) the same history keeps it low."""
+    history = [(4, 0)] * 20 + [(4, 4)] * 10
     alphas = {}
-    for memory in (0.6, 1.0):
+    for memory in (0.9, 1.0):
         policy = CostAwareDraftLength(memory=memory)
         for k, n in history:
             policy.update([0], [k], [n])
-        alphas[memory] = policy.alpha(0)
-    assert alphas[0.6] > 0.8 > 0.5 > alphas[1.0]
+        alphas[memory] = policy.alphas([0])[0]
+    assert alphas[0.9] > 0.85
+    assert alphas[1.0] < 0.7
+
+
+def test_the_loop_tells_a_cost_aware_policy_the_draft_time_and_the_rest_of_each_step(models):
+    """``observe_costs`` hears the draft phase and the rest of the step (verify, accept, roll-back)."""
+    heard = []
+
+    class Listening(FixedDraftLength):
+        def observe_costs(self, k, draft_seconds, verify_seconds):
+            heard.append((k, draft_seconds, verify_seconds))
+
+    result = minibass.speculative_generate(models["target"], models["other"], PROMPTS, 6, draft_length=Listening(2),
+                                           seed=0)
+    split = result.stats.time_split
+    assert len(heard) == result.stats.steps and [k for k, _, _ in heard] == result.stats.draft_lengths
+    assert sum(d for _, d, _ in heard) == pytest.approx(split["draft"])
+    assert sum(r for _, _, r in heard) == pytest.approx(split["verify"] + split["accept"] + split["rollback"])
 
 
 def test_same_seed_same_tokens(models):

@@ -198,8 +198,12 @@ def test_policy_replay_steps_like_the_loop(policy):
     real = minibass.speculative_generate(target, draft, prompts, new_tokens, draft_length=make(),
                                          sampling=minibass.SamplingParams(temperature=0), attention="padded")
     runs = agreement_runs(target, draft, prompts, new_tokens, k_max)
-    costs = CallCosts({1: {"regular": 1.0, "draft": 0.1, "verify5": 1.4}})
+    costs = CallCosts({b: {"regular": 1.0, "draft": 0.1, "verify5": 1.4} for b in (1, 3)})  # the same at 1..3
     replayed = replay(make(), runs, new_tokens, costs, k_max)
     assert replayed["steps"] == real.stats.steps
     assert replayed["draft_lengths"] == real.stats.draft_lengths
     assert replayed["accepted"] == real.stats.accepted
+    # Priced per step: k draft calls and a verify of k + 1 tokens at the batch size of that step.
+    steps = [(sum(n >= 0 for n in row), k) for row, k in zip(replayed["accepted"], replayed["draft_lengths"])]
+    assert replayed["seconds"] == pytest.approx(sum(k * 0.1 + 1.0 + k * 0.1 for _, k in steps))
+    assert costs.verify(3, 0) == costs.regular(3) == 1.0 and costs.verify(1, 4) == pytest.approx(1.4)

@@ -92,7 +92,9 @@ plt.show()
 
 # %% [markdown]
 # What to see: throughput per policy on this machine, one run each, so expect noise (the demo,
-# `make demo`, takes the median of three interleaved runs). Where the draft is cheap next to the
+# `make demo`, takes five interleaved runs and the median of each policy's ratio to the regular run
+# of the same round; `bench policies` replays greedy runs with call costs measured once, which
+# takes the noise out altogether). Where the draft is cheap next to the
 # target but not free, long drafts (dynamic starts at 7) can cost more than they bring; `auto`
 # measures that instead of guessing it.
 #
@@ -103,7 +105,10 @@ plt.show()
 # proposed and accepted in the step just done). Step costs, in regular-step units, are given:
 # one verify of `k + 1` tokens costs `1.0 + 0.05 (k + 1)`, one draft call `0.08`. The check
 # proves the output exact (a G-test on a lookup-table pair) and requires the cost per token of
-# your policy within 10 % of the best fixed `k` (costs counted from the run, not timed).
+# your policy within 10 % of the best fixed `k` (costs counted from the run, not timed). The
+# simplest answer, below, is the first version of `"auto"`: every step counts forever and the
+# objective sums the sequences' expected tokens; the version in `minibass/draft_length.py` adds
+# the forgetting, the pull towards the batch and the slowest sequence described above.
 
 # %%
 from minibass.draft_length import expected_tokens

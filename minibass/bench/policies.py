@@ -9,15 +9,17 @@ tokens of the draft, continuing from the target's text, agree with the target's 
 This benchmark
 
 1. records run_i at every position of the target's greedy output for each held-out demo prompt
-   (one batched draft call per prompt), with ``--k-max`` the longest run it looks for;
+   (one batched ``generate`` of the draft per prompt, over all positions at once), with
+   ``--k-max`` the longest run it looks for;
 2. measures, once, the forward calls the loop makes at each batch size: a regular step, a draft
    call, and a verify of 1 and of 5 tokens per sequence (a line in between and beyond), the same
-   probes as ``make demo`` (each a median of 7 calls, 5 rounds, the draft and verify as ratios to
-   the regular step of the same round);
+   kind of probes as ``make demo`` (each a median of 7 calls; 5 rounds; the draft and verify as
+   ratios to the regular step of the same round);
 3. replays the loop for every policy, exactly as ``speculative_generate`` steps it (the same
    budget cap, the same ``update`` and ``observe_costs`` calls, the batch shrinking as
    sequences finish), adding up the measured call costs instead of timing anything, over
-   consecutive groups of prompts of each batch size.
+   consecutive groups of prompts of each batch size (the prompts left over after the last whole
+   group are not used at that size).
 
 So every policy is priced with the same costs and sees the same sequences: the differences
 between policies are the policies', not the machine's mood. What it leaves out, and ``make demo``
@@ -34,6 +36,7 @@ import torch
 
 import minibass
 from minibass.draft_length import make_policy, parse_draft_length
+from minibass.generate import IDLE
 from .common import call_ms, provenance, pyplot, write_json
 
 
@@ -122,7 +125,10 @@ def replay(policy, runs: list[list[int]], new_tokens: int, costs: CallCosts, k_m
         draft_s, verify_s = k * costs.draft(len(active)), costs.verify(len(active), k)
         seconds += draft_s + verify_s
         lengths.append(k)
-        accepted_rows.append([accepted[active.index(b)] if b in active else -1 for b in range(len(runs))])
+        row = [IDLE] * len(runs)  # finished sequences are idle, as in GenerationStats.accepted
+        for b, n in zip(active, accepted):
+            row[b] = n
+        accepted_rows.append(row)
         drafted = [i for i, p in enumerate(proposed) if p > 0]
         if drafted:
             policy.update([active[i] for i in drafted], [proposed[i] for i in drafted],
@@ -150,30 +156,54 @@ def compare(runs, new_tokens, costs: CallCosts, policies, batch_sizes, k_max: in
     return rows
 
 
-def run(batch_sizes, policies, new_tokens, k_max, out, plot):
+# Made-up call costs shaped like a large model on a GPU, where a decode step is memory-bound: a verify
+# of a few tokens costs about one step and a draft call a twentieth of one (in regular steps).
+GPU_LIKE = {1: {"regular": 1.0, "draft": 0.05, "verify5": 1.05}, 16: {"regular": 1.1, "draft": 0.06, "verify5": 1.2}}
+
+
+def iid_runs(alpha: float, sequences: int, new_tokens: int, k_max: int, seed: int = 0) -> list[list[int]]:
+    """Made-up agreement runs: every draft token accepted independently with probability alpha."""
+    gen = torch.Generator().manual_seed(seed)
+    accepted = torch.rand(sequences, new_tokens, k_max, generator=gen) < alpha  # (S, N, k_max)
+    return accepted.long().cumprod(-1).sum(-1).tolist()  # the run: accepted tokens before the first rejection
+
+
+def run(batch_sizes, policies, new_tokens, k_max, out, plot, iid=None, gpu_like=False):
     from minibass import zoo
 
+    if any(isinstance(p, int) and p > k_max for p in policies):
+        raise ValueError(f"fixed draft lengths up to --k-max {k_max}, got {policies}")
     target, draft, tokenizer = zoo.load_demo_pair()
-    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(1000)]
-    print(f"recording greedy agreement runs for {len(prompts)} held-out prompts ...", flush=True)
-    runs = agreement_runs(target, draft, prompts, new_tokens, k_max)
-    print("measuring call costs ...", flush=True)
-    costs = measure_costs(target, draft, sorted(set(batch_sizes) | {1, max(batch_sizes)}))
-    for batch, p in costs.probes.items():
-        print(f"  batch {batch:<2}: regular {1e3 * p['regular']:.2f} ms, draft {p['draft'] / p['regular']:.2f}, "
-              f"verify of 5 {p['verify5'] / p['regular']:.2f} regular steps")
+    if iid is None:
+        prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(1000)]
+        if max(batch_sizes) > len(prompts):
+            raise ValueError(f"batch sizes up to {len(prompts)} (the held-out prompts shipped), "
+                             f"got {max(batch_sizes)}")
+        print(f"recording greedy agreement runs for {len(prompts)} held-out prompts ...", flush=True)
+        runs, source = agreement_runs(target, draft, prompts, new_tokens, k_max), "the shipped demo pair, held-out code prompts"
+    else:
+        runs, source = iid_runs(iid, 2 * max(batch_sizes), new_tokens, k_max), f"made-up i.i.d. runs, alpha {iid}"
+    if gpu_like:
+        costs, priced = CallCosts(GPU_LIKE), "made-up GPU-like call costs"
+    else:
+        print("measuring call costs ...", flush=True)
+        costs, priced = measure_costs(target, draft, sorted(set(batch_sizes) | {1})), "call costs measured once"
+    for batch, c in costs.probes.items():
+        print(f"  batch {batch:<2}: regular {1e3 * c['regular']:.2f} ms, draft {c['draft'] / c['regular']:.2f}, "
+              f"verify of 5 {c['verify5'] / c['regular']:.2f} regular steps")
     rows = compare(runs, new_tokens, costs, policies, batch_sizes, k_max)
     names = [str(p) for p in policies]
-    print("\nspeed-up over regular decoding (forward calls only), mean over groups of held-out prompts")
+    print(f"\nspeed-up over regular decoding (forward calls only), {source}, {priced}, mean over groups")
     print("batch  groups  " + "  ".join(f"{('k=' + n) if n.isdigit() else n:>8}" for n in names))
     for row in rows:
         print(f"{row['batch']:<5}  {row['groups']:<6}  " + "  ".join(f"{row['speedup'][n]:7.2f}x" for n in names))
-    payload = {"provenance": provenance("cpu"), "pair": "the shipped demo pair, held-out code prompts",
-               "new_tokens": new_tokens, "k_max": k_max, "prompts": len(prompts),
-               "costs_ms": {b: {k: 1e3 * v for k, v in p.items()} for b, p in costs.probes.items()},
-               "timing": "none: call costs measured once (5 rounds of 7 calls, ratios per round), then added up",
-               "runs": runs, "rows": rows}
-    print(f"wrote {write_json(out, payload)}")
+    payload = {"provenance": provenance("cpu"), "pair": source, "costs": priced,
+               "new_tokens": new_tokens, "k_max": k_max, "sequences": len(runs),
+               "costs_ms": {b: {k: 1e3 * v for k, v in c.items()} for b, c in costs.probes.items()},
+               "timing": "none: call costs measured once (5 rounds of 7 calls, ratios per round), then added up"
+                         if not gpu_like else "none: made-up costs", "runs": runs, "rows": rows}
+    if out:
+        print(f"wrote {write_json(out, payload)}")
     if plot:
         print(f"wrote {make_plot(payload, plot)}")
     return payload
@@ -206,8 +236,18 @@ def main(argv=None):
     parser.add_argument("--draft-lengths", nargs="+", default=["1", "2", "3", "4", "6", "dynamic", "auto"])
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--k-max", type=int, default=32, help="the longest agreement run recorded (dynamic's limit)")
-    parser.add_argument("--out", default="bench_results/policies-cpu.json")
-    parser.add_argument("--plot", default="bench_results/policies-cpu.png")
+    parser.add_argument("--iid", type=float, default=None, metavar="ALPHA",
+                        help="replay made-up runs (each draft token accepted with probability ALPHA) instead")
+    parser.add_argument("--gpu-like", action="store_true",
+                        help="price with made-up costs shaped like a memory-bound GPU step instead of measuring")
+    parser.add_argument("--out", default=None, help="default: bench_results/policies-cpu.json (nothing for made-up runs)")
+    parser.add_argument("--plot", default=None, help="default: bench_results/policies-cpu.png (likewise)")
     args = parser.parse_args(argv)
-    run(args.batch_sizes, [parse_draft_length(p) for p in args.draft_lengths], args.new_tokens, args.k_max,
-        args.out, args.plot)
+    measured = args.iid is None and not args.gpu_like
+    out = args.out or ("bench_results/policies-cpu.json" if measured else None)
+    plot = args.plot or ("bench_results/policies-cpu.png" if measured else None)
+    try:
+        run(args.batch_sizes, [parse_draft_length(p) for p in args.draft_lengths], args.new_tokens, args.k_max,
+            out, plot, iid=args.iid, gpu_like=args.gpu_like)
+    except ValueError as error:
+        parser.error(str(error))

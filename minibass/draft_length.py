@@ -133,8 +133,9 @@ class CostAwareDraftLength:
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
     fastest time seen per draft call, and a least-squares line through the fastest time seen of
     the rest of a step (verify, acceptance, roll-back) at each k, for the batch size at hand (a
-    slow spell of the machine only ever adds time, so the fastest is the call's own cost). Until two draft lengths have been timed twice
-    each it tries k = 1, 3, 1, 3 (cheap steps, far enough apart to draw a line).
+    slow spell of the machine only ever adds time, so the fastest is the call's own cost). Until
+    two draft lengths have been timed twice each it tries k = 1, 3, 1, 3 (cheap steps, far enough
+    apart to draw a line).
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
     sequence of the batch and ignores what a step costs; this policy follows the *slowest* and

@@ -63,11 +63,12 @@ for i, (length, b) in enumerate(zip(run.stats.draft_lengths, best)):
 # (The last steps are shortened by the token budget: no sequence drafts past `max_new_tokens`.)
 #
 # Algorithm 1 follows the *best* sequence of the batch and never looks at what a step costs.
-# minibass's `"auto"` policy does both (`CostAwareDraftLength`): it keeps a per-sequence estimate
-# `α_b` (a Beta(½, ½) posterior over its recent acceptances, older steps weighted down by 0.6 per
-# step, because acceptance comes in runs), the measured cost of a draft call and of the rest of a
-# step at each length, and picks the k that is best for the *slowest* sequence, since the batch
-# steps until that one is done:
+# minibass's `"auto"` policy does both (`CostAwareDraftLength`). It keeps a per-sequence estimate
+# `α_b`: a Beta posterior over the sequence's recent acceptances, older steps weighted down by 0.9
+# per step because acceptance comes in runs, with the batch's pooled estimate as its prior, worth
+# 2 trials, so that one unlucky rejection does not make a sequence look slowest. It measures the
+# cost of a draft call and of the rest of a step at each length, and picks the k that is best for
+# the *slowest* sequence, since the batch steps until that one is done:
 #
 # $$ k^* = \arg\max_{1 \le k \le k_\max} \frac{E[\text{tokens} \mid \alpha_\min, k]}{c_\text{verify}(k) + k\, c_\text{draft}}, \qquad \alpha_\min = \min_b \alpha_b . $$
 #

@@ -1,1 +1,1 @@
-"""Benchmarks (reported, never asserted): ``python -m minibass.bench {decode}``."""
+"""Benchmarks (reported, never asserted): ``python -m minibass.bench {decode,attention,speculative,peers,policies}``."""

@@ -66,25 +66,6 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _call_costs(target, draft, batch: int, k: int, context: int = 48, rounds: int = 3) -> dict:
-    """Measured now: a regular decode step, one draft call and one verify of k + 1 tokens, in ms.
-
-    The three are timed in turn, ``rounds`` times (each a median of 7 calls). The regular step is
-    the median round's; the other two are that times the median of their per-round ratios to the
-    regular step, so that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
-    """
-    from minibass.bench.common import call_ms
-
-    probes = {"regular": (target, 1), "draft": (draft, 1), "verify": (target, k + 1)}
-    times = {name: [] for name in probes}
-    for _ in range(rounds):
-        for name, (model, new) in probes.items():
-            times[name].append(call_ms(model, batch, context, new, reps=7))
-    regular = statistics.median(times["regular"])
-    return {"regular": regular, **{name: regular * statistics.median(t / r for t, r in zip(times[name], times["regular"]))
-                                   for name in ("draft", "verify")}}
-
-
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     """One paragraph: why speculative decoding pays (or not) here, and where it would stop paying."""
     from minibass.costmodel import alpha_from_accepted, speedup_from_costs
@@ -133,6 +114,7 @@ def demo(args) -> int:
 
     import minibass
     from minibass import zoo
+    from minibass.bench.common import call_costs
 
     if args.repeats < 1 or args.batch_size < 1:
         raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
@@ -188,7 +170,7 @@ def demo(args) -> int:
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
                         ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))
     batches = sorted({1, 4, len(prompts), 16, 32})
-    costs = {b: _call_costs(target, draft, b, k) for b in batches}
+    costs = {b: call_costs(target, draft, b, k + 1) for b in batches}
     c = costs[len(prompts)]
     print(f"\nmeasured now at batch {len(prompts)}: one regular step {c['regular']:.2f} ms; one draft call "
           f"{c['draft']:.2f} ms = {c['draft'] / c['regular']:.2f} regular steps; one verify of {k + 1} tokens "

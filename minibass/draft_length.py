@@ -90,7 +90,6 @@ class PerSequenceDynamicDraftLength:
         return [self.states.setdefault(b, BassDynamicDraftLength()).lengths([b])[0] for b in active]
 
     def update(self, active, proposed, accepted):
-        self.batch = len(active)
         for b, k, n in zip(active, proposed, accepted):
             self.states[b].update([b], [k], [n])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import platform
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -92,6 +93,24 @@ def call_ms(model, batch: int, context: int, new: int, *, reps: int = 15) -> flo
         times.append(time.perf_counter() - start)
         cache.truncate(lengths)
     return 1e3 * sorted(times[3:])[reps // 2]
+
+
+def call_costs(target, draft, batch: int, verify_tokens: int, *, context: int = 48, rounds: int = 3) -> dict:
+    """Milliseconds of a regular decode step, one draft call and one verify of ``verify_tokens`` tokens
+    per sequence, at ``batch`` sequences over ``context`` cached tokens.
+
+    The three are timed in turn, ``rounds`` times (each a median of 7 calls). The regular step is
+    the median round's; the other two are that times the median of their per-round ratios to the
+    regular step, so that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
+    """
+    probes = {"regular": (target, 1), "draft": (draft, 1), "verify": (target, verify_tokens)}
+    times = {name: [] for name in probes}
+    for _ in range(rounds):
+        for name, (model, new) in probes.items():
+            times[name].append(call_ms(model, batch, context, new, reps=7))
+    regular = statistics.median(times["regular"])
+    return {"regular": regular, **{name: regular * statistics.median(t / r for t, r in zip(times[name], times["regular"]))
+                                   for name in ("draft", "verify")}}
 
 
 def write_json(path: str | Path, payload: dict) -> Path:

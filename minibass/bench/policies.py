@@ -37,7 +37,7 @@ import torch
 import minibass
 from minibass.draft_length import make_policy, parse_draft_length
 from minibass.generate import IDLE
-from .common import call_ms, provenance, pyplot, write_json
+from .common import call_costs, provenance, pyplot, write_json
 
 
 def agreement_runs(target, draft, prompts: list[list[int]], new_tokens: int, k_max: int) -> list[list[int]]:
@@ -88,19 +88,12 @@ class CallCosts:
 
 
 def measure_costs(target, draft, batch_sizes, context: int = 48, rounds: int = 5) -> CallCosts:
-    """The probes of ``make demo`` at each batch size, in seconds: each a median of 7 calls, the three
-    taken in turn ``rounds`` times; the median regular step, and the median per-round ratio of the
-    other two to it."""
+    """The probes of ``make demo`` (``common.call_costs``, with a verify of 5 tokens) at each batch size,
+    in seconds."""
     probes = {}
     for batch in batch_sizes:
-        times = {"regular": [], "draft": [], "verify5": []}
-        for _ in range(rounds):
-            times["regular"].append(call_ms(target, batch, context, 1, reps=7) / 1e3)
-            times["draft"].append(call_ms(draft, batch, context, 1, reps=7) / 1e3)
-            times["verify5"].append(call_ms(target, batch, context, 5, reps=7) / 1e3)
-        regular = statistics.median(times["regular"])  # the others: per-round ratios to it, as in ``make demo``
-        probes[batch] = {"regular": regular, **{name: regular * statistics.median(
-            t / r for t, r in zip(times[name], times["regular"])) for name in ("draft", "verify5")}}
+        ms = call_costs(target, draft, batch, 5, context=context, rounds=rounds)
+        probes[batch] = {"regular": ms["regular"] / 1e3, "draft": ms["draft"] / 1e3, "verify5": ms["verify"] / 1e3}
     return CallCosts(probes)
 
 

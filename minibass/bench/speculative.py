@@ -5,9 +5,9 @@
 One process, one run: for each batch size, each attention backend and each draft length (fixed
 1, 2 and 4, BASS's dynamic policy and the cost-aware ``auto``), ``speculative_generate`` and a
 regular ``generate`` on the target, timed in turn. Reports tokens/s, speed-up over regular
-decoding (the median of the per-round ratios), acceptance rate, mean tokens per target call, target calls, the draft / verify /
-accept time split, and the share of the time spent outside the models' forward calls (accept,
-roll back, bookkeeping).
+decoding (the median of the per-round ratios), acceptance rate, mean tokens per target call,
+target calls, the draft / verify / accept time split, and the share of the time spent outside
+the models' forward calls (accept, roll back, bookkeeping).
 
 The pair: the shipped demo pair with held-out code prompts when ``minibass.zoo`` has one, else
 two random Llama models on random prompts (target 4 layers x 256, draft 1 layer x 128). With

@@ -1,21 +1,52 @@
 #!/usr/bin/env bash
-# The prepared GPU check (one run, < 8 minutes on one GPU): the attention and hot-path tests with
-# the Triton kernel compiled for real, a decode step under torch.cuda.set_sync_debug_mode("error"),
-# then the GPU benchmarks and the course's GPU chapter. Results land in $OUT (or bench_results/):
-# the *-cuda.json files are what the course reads (tutorial/10_speedups.py, minibass.course.gpu_results).
+# The prepared GPU check: one run, at most about 8 minutes on one GPU (every step has its own time
+# limit, and a step that fails does not stop the others):
+#   1. the GPU tests: tests/test_cuda.py (hypothesis-generated ragged batches through every backend
+#      with the Triton kernel compiled for real, the demo pair decoding on CUDA) and the CUDA cases
+#      of tests/test_attention.py;
+#   2. a decode step under torch.cuda.set_sync_debug_mode("error") (scripts/gpu_sync_check.py);
+#   3. the GPU benchmarks: attention, speculative, decode (bench_results/*-cuda.json, which the
+#      course's chapter 10 reads through minibass.course.gpu_results);
+#   4. the course's chapter 10, live on the GPU.
+# Results go to $RESULTS (default bench_results/gpu): the JSON and plots, one log per step, and
+# gpu.txt (the GPU, the driver and the library versions). When $OUT is set, the whole folder is
+# also packed into $OUT/gpu-results.tgz after every step, so that what finished comes back even if
+# a later step runs out of time.
 # Usage on a machine with a GPU and the dependencies installed:  PYTHONPATH=. bash scripts/gpu_check.sh
 set -uo pipefail
-OUT=${OUT:-bench_results}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-python -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
-timeout 240 python -m pytest -q -x tests/test_attention.py tests/test_hot_path.py -k "cuda or specification or hot" 2>&1 | tee "$OUT/gpu-tests.log"
-timeout 60 python scripts/gpu_sync_check.py 2>&1 | tee "$OUT/gpu-sync.log"
-timeout 120 python -m minibass.bench attention --device cuda --reps 20 \
-    --out "$OUT/attention-cuda.json" --plot "$OUT/attention-cuda.png" 2>&1 | tee "$OUT/attention-cuda.log"
-timeout 90 python -m minibass.bench speculative --device cuda --batch-sizes 1 2 4 8 16 --backends padded split ragged \
-    --out "$OUT/speculative-cuda.json" --plot "$OUT/speculative-cuda.png" 2>&1 | tee "$OUT/speculative-cuda.log"
-timeout 90 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 \
-    --out "$OUT/decode-cuda.json" 2>&1 | tee "$OUT/decode-cuda.log"
-MINIBASS_COURSE_FAST=1 MPLBACKEND=Agg timeout 90 python tutorial/10_speedups.py 2>&1 | tee "$OUT/course-10-cuda.log"
+RESULTS=${RESULTS:-bench_results/gpu}
+mkdir -p "$RESULTS"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+started=$(date +%s)
+
+pack() {
+    echo "== $1 finished at +$(( $(date +%s) - started )) s (exit $2)" | tee -a "$RESULTS/steps.txt"
+    if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-results.tgz" -C "$RESULTS" .; fi
+}
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit $limit s): $*"
+    timeout "$limit" "$@" >"$RESULTS/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$RESULTS/$name.log"
+    pack "$name" "$rc"
+}
+
+{
+    date -u +"date %Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python -c "import sys, torch, triton, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
+    echo "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} | tee "$RESULTS/gpu.txt"
+
+step tests 150 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k cuda
+step sync 40 python scripts/gpu_sync_check.py
+step attention-cuda 90 python -m minibass.bench attention --device cuda --reps 10 \
+    --out "$RESULTS/attention-cuda.json" --plot "$RESULTS/attention-cuda.png"
+step speculative-cuda 100 python -m minibass.bench speculative --device cuda --batch-sizes 1 2 4 8 16 \
+    --backends padded split ragged --out "$RESULTS/speculative-cuda.json" --plot "$RESULTS/speculative-cuda.png"
+step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --out "$RESULTS/decode-cuda.json"
+MINIBASS_COURSE_FAST=1 step course-10 45 python tutorial/10_speedups.py
+echo "all steps done in $(( $(date +%s) - started )) s"

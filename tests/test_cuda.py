@@ -1,0 +1,84 @@
+"""On a GPU: the Triton kernel compiled for real, and the decoding loops on CUDA tensors.
+
+Skipped on machines without CUDA (CI has none); ``scripts/gpu_check.sh`` runs this file on a GPU.
+The CPU tests run the same kernel in Triton's interpreter, which accepts tile sizes and dtypes a
+real compilation may not; these tests are where a GPU-only failure would show.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import minibass
+from minibass.attention import BACKENDS
+from test_attention import assert_matches_reference, make_batch, ragged_batches
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.sh)")
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+@settings(max_examples=25)
+@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+def test_backends_on_cuda_match_the_float64_specification(name, case, dtype):
+    """Ragged, odd-sized batches with poisoned spare cache slots, each backend on CUDA tensors."""
+    q_lens, kv_lens, n_heads, n_kv_heads, head_dim = case
+    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype=dtype,
+                                               device="cuda"))
+
+
+def test_default_backend_on_cuda_is_the_compiled_kernel():
+    assert minibass.attention.default_backend("cuda") == "ragged"
+
+
+@pytest.fixture(scope="module")
+def demo_pair_on_cuda():
+    from minibass import zoo
+
+    target, draft, tokenizer = zoo.load_demo_pair(device="cuda")
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(6)]
+    return target, draft, prompts
+
+
+@pytest.mark.parametrize("attention", ["padded", "split", "ragged"])
+def test_greedy_speculative_equals_regular_on_cuda(demo_pair_on_cuda, attention):
+    """The demo pair on the GPU: greedy speculative decoding gives the regular loop's tokens, for
+    every backend and draft-length policy, and those tokens are the CPU's."""
+    target, draft, prompts = demo_pair_on_cuda
+    greedy = minibass.SamplingParams(temperature=0)
+    ref = minibass.generate(target, prompts, 24, sampling=greedy, attention=attention).tokens
+    for k in [1, 4, "dynamic", "auto"]:
+        out = minibass.speculative_generate(target, draft, prompts, 24, sampling=greedy, draft_length=k,
+                                            attention=attention)
+        assert out.tokens == ref, (attention, k)
+        assert out.stats.new_tokens == sum(map(len, ref))
+
+
+def test_sampled_runs_on_cuda_are_reproducible(demo_pair_on_cuda):
+    """Temperature sampling on the GPU: the same seed gives the same tokens (the streams are per sequence)."""
+    target, draft, prompts = demo_pair_on_cuda
+    params = minibass.SamplingParams(temperature=0.8)
+    runs = [minibass.speculative_generate(target, draft, prompts, 16, sampling=params, seed=3).tokens
+            for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_the_gpu_agrees_with_the_cpu_on_greedy_tokens(demo_pair_on_cuda):
+    from minibass import zoo
+
+    target, _, prompts = demo_pair_on_cuda
+    cpu_target, _, _ = zoo.load_demo_pair()
+    greedy = minibass.SamplingParams(temperature=0)
+    on_gpu = minibass.generate(target, prompts, 24, sampling=greedy).tokens
+    on_cpu = minibass.generate(cpu_target, prompts, 24, sampling=greedy).tokens
+    same = sum(a == b for a, b in zip(on_gpu, on_cpu))
+    assert same == len(prompts), f"{len(prompts) - same} of {len(prompts)} prompts differ between GPU and CPU"
+
+
+def test_grid_shapes_in_half_precision_on_cuda():
+    """The explicit-grid shapes of test_attention at head_dim 128 (the kernel's largest block)."""
+    for q_lens, kv_lens in [([1, 3, 2], [1, 97, 257]), ([2] * 8, [1000] + [3] * 7), ([0, 9, 0, 6], [12, 9, 1, 40])]:
+        for dtype in (torch.float16, torch.bfloat16):
+            for name in sorted(BACKENDS):
+                assert_matches_reference(name, *make_batch(q_lens, kv_lens, 32, 8, 128, dtype=dtype, device="cuda"))

@@ -12,6 +12,7 @@
 # gpu.txt (the GPU, the driver and the library versions). When $OUT is set, the whole folder is
 # also packed into $OUT/gpu-results.tgz after every step, so that what finished comes back even if
 # a later step runs out of time.
+# STEPS picks some of the steps (default: all): STEPS="sync attention" bash scripts/gpu_check.sh
 # Usage on a machine with a GPU and the dependencies installed:  PYTHONPATH=. bash scripts/gpu_check.sh
 set -uo pipefail
 RESULTS=${RESULTS:-bench_results/gpu}
@@ -41,12 +42,14 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
     echo "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } | tee "$RESULTS/gpu.txt"
 
-step tests 150 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k cuda
-step sync 40 python scripts/gpu_sync_check.py
-step attention-cuda 90 python -m minibass.bench attention --device cuda --reps 10 \
+want() { [[ " ${STEPS:-sync tests attention speculative decode course} " == *" $1 "* ]]; }
+want sync && step sync 40 python scripts/gpu_sync_check.py
+want tests && step tests 150 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
+want attention && step attention-cuda 75 python -m minibass.bench attention --device cuda --reps 10 \
     --out "$RESULTS/attention-cuda.json" --plot "$RESULTS/attention-cuda.png"
-step speculative-cuda 100 python -m minibass.bench speculative --device cuda --batch-sizes 1 2 4 8 16 \
-    --backends padded split ragged --out "$RESULTS/speculative-cuda.json" --plot "$RESULTS/speculative-cuda.png"
-step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --out "$RESULTS/decode-cuda.json"
-MINIBASS_COURSE_FAST=1 step course-10 45 python tutorial/10_speedups.py
+want speculative && step speculative-cuda 95 python -m minibass.bench speculative --device cuda --batch-sizes 1 4 16 \
+    --backends padded ragged --out "$RESULTS/speculative-cuda.json" --plot "$RESULTS/speculative-cuda.png"
+want decode && step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --reps 3 \
+    --backends default padded split ragged --out "$RESULTS/decode-cuda.json"
+want course && MINIBASS_COURSE_FAST=1 step course-10 45 python tutorial/10_speedups.py
 echo "all steps done in $(( $(date +%s) - started )) s"

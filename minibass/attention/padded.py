@@ -67,7 +67,8 @@ def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
     # Stale cache slots may hold NaN/inf: the weight 0 of a masked key times NaN is still NaN. They
     # hold garbage by contract, so they are overwritten with zeros in place: no copy of V.
     if len(stale_seq):  # a shape, known on the host
-        v_cache[stale_seq, :, stale_slot] = 0
+        # The zero is a tensor on V's device: a Python 0 would be copied from the host, a GPU sync.
+        v_cache[stale_seq, :, stale_slot] = v_cache.new_zeros(())
     v = v_cache[:, :, :tk]  # (B, Hk, Tk, D), a view
     out = torch.matmul(weights, v.to(acc_dtype)).view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
     out = out.transpose(1, 2) if uniform else out[meta.seq_ids, :, meta.offsets]  # (B, Tq, Hk, G, D) or (N, Hk, G, D)

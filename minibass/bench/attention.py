@@ -38,11 +38,11 @@ def ragged_lengths(batch, new_tokens, mean_kv, spread, seed=0):
 
 
 def make_inputs(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype, device):
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=device).manual_seed(1)  # drawn where they are used: GBs on a GPU
     batch, capacity = len(kv_lens), int(kv_lens.max())
-    q = torch.randn(int(q_lens.sum()), n_heads, head_dim, generator=g).to(dtype).to(device)
-    k = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g).to(dtype).to(device)
-    v = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g).to(dtype).to(device)
+    q = torch.randn(int(q_lens.sum()), n_heads, head_dim, generator=g, device=device).to(dtype)
+    k = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g, device=device).to(dtype)
+    v = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g, device=device).to(dtype)
     return q, k, v, q_lens.to(device), kv_lens.to(device)
 
 
@@ -81,6 +81,8 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
     shape = GPU_SHAPE if device.startswith("cuda") else CPU_SHAPE
     interpreted = not device.startswith("cuda")
     rows = []
+    shape_info = {k: (str(v) if k == "dtype" else v) for k, v in shape.items()}
+    payload = {"provenance": provenance(device), "shape": shape_info, "reps": reps, "rows": rows}
     for batch, new_tokens, spread in itertools.product(batches, new_tokens_list, spreads):
         q_lens, kv_lens = ragged_lengths(batch, new_tokens, shape["mean_kv"], spread)
         inputs = make_inputs(q_lens, kv_lens, shape["n_heads"], shape["n_kv_heads"], shape["head_dim"],
@@ -102,13 +104,12 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
                 entry["note"] = "Triton interpreter on the CPU: time not meaningful"
             row["backends"][name] = entry
         rows.append(row)
+        write_json(out, payload)  # after every row: a run stopped early keeps what it measured
         summary = "  ".join(f"{n}={e['ms']:.2f}ms" + ("(interp)" if "note" in e else "")
                             for n, e in row["backends"].items())
         print(f"B={batch:<3} q={new_tokens} spread={spread:<4} pad-waste={c.waste('padded'):.2f}x  {summary}",
               flush=True)
-    shape_info = {k: (str(v) if k == "dtype" else v) for k, v in shape.items()}
-    payload = {"provenance": provenance(device), "shape": shape_info, "reps": reps, "rows": rows}
-    print(f"wrote {write_json(out, payload)}")
+    print(f"wrote {out}")
     if plot:
         print(f"wrote {make_plot(payload, plot)}")
     return payload

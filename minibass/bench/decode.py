@@ -32,6 +32,10 @@ def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=
     greedy = minibass.SamplingParams(temperature=0)
     default = minibass.attention.default_backend(device)
     rows = []
+    payload = {"provenance": provenance(device), "model": "random Llama, 4 layers, hidden 256, 8 heads (4 kv), "
+               "vocab 4096", "default_backend": default, "reps": reps,
+               "timing": "median of reps, contenders interleaved, after a warm-up", "prompt_len": prompt_len,
+               "new_tokens": new_tokens, "dtype": str(dtype), "rows": rows}
     for batch in batch_sizes:
         prompts = torch.randint(0, ours.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(batch))
         calls = {"transformers": lambda: torch.no_grad()(hf.generate)(prompts.to(device), max_new_tokens=new_tokens,
@@ -60,15 +64,12 @@ def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=
             row[f"minibass_{backend}_step_ms"] = {"forward": 1e3 * forward / new_tokens,
                                                   "other": 1e3 * (total - forward) / new_tokens}
         rows.append(row)
+        write_json(out, payload)  # after every batch size: a run stopped early keeps what it measured
         print(f"batch {batch}: transformers {row['transformers_tok_s']:.0f} tok/s" + "".join(
             f"  |  {b} {row[f'minibass_{b}_tok_s']:.0f} tok/s ({row[f'minibass_{b}_ratio']:.2f}x), per step "
             f"{row[f'minibass_{b}_step_ms']['forward']:.2f} ms forward + {row[f'minibass_{b}_step_ms']['other']:.2f} "
             f"ms other" for b in backends), flush=True)
-    payload = {"provenance": provenance(device), "model": "random Llama, 4 layers, hidden 256, 8 heads (4 kv), "
-               "vocab 4096", "default_backend": default, "reps": reps,
-               "timing": "median of reps, contenders interleaved, after a warm-up", "prompt_len": prompt_len,
-               "new_tokens": new_tokens, "dtype": str(dtype), "rows": rows}
-    print(f"wrote {write_json(out, payload)}")
+    print(f"wrote {out}")
     return payload
 
 

@@ -56,6 +56,10 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
     print(f"pair: {pair}")
     sampling = minibass.SamplingParams(temperature=temperature)
     rows = []
+    payload = {"provenance": provenance(device), "pair": pair, "new_tokens": new_tokens,
+               "temperature": temperature, "reps": reps,
+               "timing": "median of reps after a warm-up; each cell's speed-up against regular runs timed in turn with it",
+               "rows": rows}
     for batch in batch_sizes:
         prompts = make_prompts(batch)
         regular = lambda: minibass.generate(target, prompts, new_tokens, sampling=sampling, seed=0,  # noqa: E731
@@ -107,11 +111,8 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
         row["regular_tok_s"] = batch * new_tokens / sorted(regular_seconds)[len(regular_seconds) // 2]
         print(f"B={batch:<2} regular        {row['regular_tok_s']:7.1f} tok/s", flush=True)
         rows.append(row)
-    payload = {"provenance": provenance(device), "pair": pair, "new_tokens": new_tokens,
-               "temperature": temperature, "reps": reps,
-               "timing": "median of reps after a warm-up; each cell's speed-up against regular runs timed in turn with it",
-               "rows": rows}
-    print(f"wrote {write_json(out, payload)}")
+        write_json(out, payload)  # after every batch size: a run stopped early keeps what it measured
+    print(f"wrote {out}")
     if plot:
         print(f"wrote {make_plot(payload, plot)}")
 

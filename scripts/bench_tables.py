@@ -88,7 +88,10 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     for name, render in [("decode", decode_table), ("attention", attention_table),
-                         ("speculative", lambda d: speculative_table(d, "padded")), ("peers", peers_table),
+                         ("speculative", lambda d: "\n\n".join(
+                             f"Backend `{b}`:\n\n" + speculative_table(d, b)
+                             for b in dict.fromkeys(run["backend"] for run in d["rows"][0]["runs"]))),
+                         ("peers", peers_table),
                          ("policies", policies_table)]:
         data = load(name, args.device)
         if data:

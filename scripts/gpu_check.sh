@@ -39,7 +39,6 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
     date -u +"date %Y-%m-%dT%H:%M:%SZ"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     python -c "import sys, torch, triton, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
-    echo "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } | tee "$RESULTS/gpu.txt"
 
 want() { [[ " ${STEPS:-sync tests attention speculative decode course} " == *" $1 "* ]]; }

@@ -241,3 +241,8 @@ def test_recorded_gpu_results_are_described_with_their_provenance(tmp_path):
     (tmp_path / "speculative-cuda.json").write_text((ROOT / "bench_results" / "speculative-cpu.json").read_text())
     text = describe_gpu_results(gpu_results(tmp_path))
     assert text.startswith("speculative-cuda:") and "torch" in text and "batch   1" in text and "x (" in text
+    for name in ("attention", "decode"):
+        (tmp_path / f"{name}-cuda.json").write_text((ROOT / "bench_results" / f"{name}-cpu.json").read_text())
+    text = describe_gpu_results(gpu_results(tmp_path))
+    assert "padded" in text and "ragged" in text and "ms per call" in text  # attention, per backend
+    assert "transformers" in text and "default backend" in text  # decode

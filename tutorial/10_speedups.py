@@ -101,6 +101,15 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# How to read the recorded GPU results (one H200, one run each; `docs/benchmarks.md` has them
+# all). *attention* is at Llama-7B shapes, where the work is real. From batch 4 to 64 the ragged
+# kernel's time about doubles for 16 times the work, while BASS-PAD pays for its padding and
+# BASS-SPLIT for one launch per sequence. PyTorch's fused `scaled_dot_product_attention` on a
+# padded layout is faster on small batches, and slower once lengths spread widely at batch 16
+# and 64. *decode* and
+# *speculative* use tiny models. Each step is a few milliseconds of launching kernels from
+# Python, whatever the batch, so these rows show the loop's overheads, not the GPU's bandwidth.
+#
 # What to see (a prediction, from spec-sheet roofs with no fixed costs): speculation pays while the
 # verify call stays memory-bound and fades as the batch approaches the critical batch of chapter 01,
 # where a verify of `k + 1` tokens per sequence costs `k + 1` times a regular step.

@@ -73,14 +73,33 @@ def gpu_results(folder: Path | None = None) -> dict:
 
 
 def describe_gpu_results(results: dict) -> str:
-    """The recorded GPU results in a few lines: provenance, then per batch the best speculative speed-up."""
+    """The recorded GPU results in a few lines each: provenance, then the numbers to look at.
+
+    speculative: per batch, regular tokens/s and the best speed-up; attention: per batch (at the
+    largest new-token count and spread), each backend's time; decode: per batch, tokens/s of
+    transformers and of minibass's default backend.
+    """
     lines = []
     for name, result in results.items():
         p = result.get("provenance", {})
         lines.append(f"{name}: {p.get('device', '?')}, torch {p.get('torch', '?')}, triton {p.get('triton', '?')}, "
                      f"{p.get('date', '?')}, `{p.get('command', '?')}`")
-        for row in result.get("rows", []) if name.startswith("speculative") else []:
-            best = max(row["runs"], key=lambda r: r["speedup"])
-            lines.append(f"  batch {row['batch']:3d}: regular {row['regular_tok_s']:8.0f} tokens/s; best speculative "
-                         f"{best['speedup']:.2f}x ({best['backend']}, k = {best['draft_length']})")
+        rows = result.get("rows", [])
+        if name.startswith("speculative"):
+            for row in rows:
+                best = max(row["runs"], key=lambda r: r["speedup"])
+                lines.append(f"  batch {row['batch']:3d}: regular {row['regular_tok_s']:8.0f} tokens/s; best "
+                             f"speculative {best['speedup']:.2f}x ({best['backend']}, k = {best['draft_length']})")
+        elif name.startswith("attention") and rows:
+            q, spread = max(r["new_tokens"] for r in rows), max(r["spread"] for r in rows)
+            lines.append(f"  ms per call, {q} new tokens per sequence, cache lengths spread {spread}:")
+            for row in (r for r in rows if r["new_tokens"] == q and r["spread"] == spread):
+                lines.append(f"  batch {row['batch']:3d}: " + "  ".join(
+                    f"{backend} {entry['ms']:.2f}" for backend, entry in row["backends"].items()))
+        elif name.startswith("decode"):
+            for row in rows:
+                lines.append(f"  batch {row['batch']:3d}: transformers {row['transformers_tok_s']:6.0f} tokens/s, "
+                             f"minibass {row['minibass_default_tok_s']:6.0f} tokens/s (default backend, "
+                             f"{result.get('default_backend', '?')})" if "minibass_default_tok_s" in row else
+                             f"  batch {row['batch']:3d}: transformers {row['transformers_tok_s']:6.0f} tokens/s")
     return "\n".join(lines)

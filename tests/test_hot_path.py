@@ -70,6 +70,34 @@ def test_the_meta_device_probe_catches_a_host_read(monkeypatch):
         ragged_step(model, "split")
 
 
+def no_python_scalar_writes(monkeypatch):
+    """Makes ``t[index] = <Python number>`` raise. On a GPU such a write copies the number from
+    the host first, a blocking copy; the meta device cannot see it (found on an H200, in BASS-PAD)."""
+    original = torch.Tensor.__setitem__
+
+    def checked(self, index, value):
+        if isinstance(value, (bool, int, float)):
+            raise AssertionError(f"a Python {type(value).__name__} written into a tensor: a host-to-device "
+                                 "copy on a GPU (write a tensor made on the target's device)")
+        return original(self, index, value)
+
+    monkeypatch.setattr(torch.Tensor, "__setitem__", checked)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_forward_step_writes_no_python_number(backend, monkeypatch):
+    torch.manual_seed(0)
+    model = Decoder(CONFIG).eval()
+    no_python_scalar_writes(monkeypatch)
+    ragged_step(model, backend)
+
+
+def test_the_python_number_probe_catches_such_a_write(monkeypatch):
+    no_python_scalar_writes(monkeypatch)
+    with pytest.raises(AssertionError, match="host-to-device"):
+        torch.zeros(3)[torch.tensor([1])] = 0
+
+
 def test_default_backend_per_device(monkeypatch):
     assert default_backend("cpu") == "padded"
     assert resolve_backend(None, "cpu") == "padded"

@@ -102,13 +102,20 @@ plt.show()
 
 # %% [markdown]
 # How to read the recorded GPU results (one H200, one run each; `docs/benchmarks.md` has them
-# all). *attention* is at Llama-7B shapes, where the work is real. From batch 4 to 64 the ragged
-# kernel's time about doubles for 16 times the work, while BASS-PAD pays for its padding and
-# BASS-SPLIT for one launch per sequence. PyTorch's fused `scaled_dot_product_attention` on a
-# padded layout is faster on small batches, and slower once lengths spread widely at batch 16
-# and 64. *decode* and
-# *speculative* use tiny models. Each step is a few milliseconds of launching kernels from
-# Python, whatever the batch, so these rows show the loop's overheads, not the GPU's bandwidth.
+# all).
+#
+# *attention* is at Llama-7B shapes, where the work is real.
+# - From batch 4 to 64 the ragged kernel's time roughly doubles (0.9–3.5x by cell) for 16–20
+#   times the work.
+# - Meanwhile BASS-PAD pays for its padding, and BASS-SPLIT for one launch per sequence.
+# - PyTorch's fused `scaled_dot_product_attention` on a padded layout is faster on small
+#   batches. It is slower at batch 16 only when 4–8 new tokens meet widely spread lengths, and
+#   at batch 64 in most cells with spread lengths.
+#
+# *decode* and *speculative* use tiny models. A step takes a few milliseconds (decode's 4-layer
+# model) to about 18 ms (the demo pair's 12-layer target), nearly independent of the batch,
+# most likely the cost of launching kernels from Python. These rows show the loop's overheads, not the GPU's
+# bandwidth.
 #
 # What to see (a prediction, from spec-sheet roofs with no fixed costs): speculation pays while the
 # verify call stays memory-bound and fades as the batch approaches the critical batch of chapter 01,

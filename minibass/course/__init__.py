@@ -88,8 +88,10 @@ def describe_gpu_results(results: dict) -> str:
         if name.startswith("speculative"):
             for row in rows:
                 best = max(row["runs"], key=lambda r: r["speedup"])
-                lines.append(f"  batch {row['batch']:3d}: regular {row['regular_tok_s']:8.0f} tokens/s; best "
+                lines.append(f"  batch {row['batch']:3d}: regular {row['regular_tok_s']:8.0f} tokens/s (padded); best "
                              f"speculative {best['speedup']:.2f}x ({best['backend']}, k = {best['draft_length']})")
+            if "incomplete" in result:
+                lines.append(f"  incomplete: {result['incomplete']}")
         elif name.startswith("attention") and rows:
             q, spread = max(r["new_tokens"] for r in rows), max(r["spread"] for r in rows)
             lines.append(f"  ms per call, {q} new tokens per sequence, cache lengths spread {spread}:")

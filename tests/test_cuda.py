@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import minibass
 from minibass.attention import BACKENDS
-from test_attention import assert_matches_reference, make_batch, ragged_batches
+from test_attention import GRID, assert_matches_reference, make_batch, ragged_batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.sh)")
 
@@ -77,8 +77,8 @@ def test_the_gpu_agrees_with_the_cpu_on_greedy_tokens(demo_pair_on_cuda):
 
 
 def test_grid_shapes_in_half_precision_on_cuda():
-    """The explicit-grid shapes of test_attention at head_dim 128 (the kernel's largest block)."""
-    for q_lens, kv_lens in [([1, 3, 2], [1, 97, 257]), ([2] * 8, [1000] + [3] * 7), ([0, 9, 0, 6], [12, 9, 1, 40])]:
+    """Some of test_attention's explicit-grid shapes at head_dim 128 (the kernel's largest block)."""
+    for q_lens, kv_lens in (GRID[shape] for shape in ("odd-lengths", "one-long-many-short", "idle-and-prefill")):
         for dtype in (torch.float16, torch.bfloat16):
             for name in sorted(BACKENDS):
                 assert_matches_reference(name, *make_batch(q_lens, kv_lens, 32, 8, 128, dtype=dtype, device="cuda"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from contextlib import nullcontext
 
 import torch
 
@@ -76,13 +77,11 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
                 for _ in range(reps):  # regular and speculative in turn: a slow spell hits both alike
                     base_elapsed, base = timed(regular, device=device)
                     bases.append(base_elapsed)
-                    if on_gpu:  # the clock's synchronisations would slow a GPU run: time it bare
+                    # The clock's synchronisations would slow a GPU run: there it runs bare.
+                    clock = nullcontext({"seconds": None}) if on_gpu else forward_clock(target, draft, device=device)
+                    with clock as spent:
                         elapsed, result = timed(call, device=device)
-                        runs.append((elapsed, None, result))
-                    else:
-                        with forward_clock(target, draft, device=device) as spent:
-                            elapsed, result = timed(call, device=device)
-                        runs.append((elapsed, spent["seconds"], result))
+                    runs.append((elapsed, spent["seconds"], result))
                 regular_seconds += bases
                 ratios = sorted(b / r[0] for b, r in zip(bases, runs))  # regular seconds / speculative seconds
                 seconds, forward_seconds, result = sorted(runs, key=lambda r: r[0])[len(runs) // 2]  # the median run

@@ -100,8 +100,7 @@ def describe_gpu_results(results: dict) -> str:
                     f"{backend} {entry['ms']:.2f}" for backend, entry in row["backends"].items()))
         elif name.startswith("decode"):
             for row in rows:
-                lines.append(f"  batch {row['batch']:3d}: transformers {row['transformers_tok_s']:6.0f} tokens/s, "
-                             f"minibass {row['minibass_default_tok_s']:6.0f} tokens/s (default backend, "
-                             f"{result.get('default_backend', '?')})" if "minibass_default_tok_s" in row else
-                             f"  batch {row['batch']:3d}: transformers {row['transformers_tok_s']:6.0f} tokens/s")
+                ours = (f", minibass {row['minibass_default_tok_s']:6.0f} tokens/s (default backend, "
+                        f"{result.get('default_backend', '?')})" if "minibass_default_tok_s" in row else "")
+                lines.append(f"  batch {row['batch']:3d}: transformers {row['transformers_tok_s']:6.0f} tokens/s{ours}")
     return "\n".join(lines)

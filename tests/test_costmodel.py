@@ -88,3 +88,20 @@ def test_invalid_hardware_is_refused():
 def test_measure_cpu_gives_positive_finite_numbers():
     cpu = cm.measure_cpu(size=64, megabytes=4, reps=2)
     assert math.isfinite(cpu.peak_flops) and cpu.peak_flops > 0 and cpu.bandwidth > 0
+
+
+def test_verify_cost_script_prints_one_row_per_token_count(save_hf, capsys):
+    """scripts/verify_cost.py on a tiny checkpoint: one row per token count, the 1-token call as 1.00."""
+    import runpy
+    from pathlib import Path
+
+    from conftest import hf_tiny
+
+    folder = save_hf(hf_tiny())
+    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "verify_cost.py"))
+    script["main"](["--target", str(folder), "--batch", "2", "--tokens", "1", "3", "--rounds", "1", "--reps", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["1"], ["3"])]
+    assert [row[0] for row in rows] == ["1", "3"]
+    assert rows[0][2] == "1.00" and float(rows[1][1]) > 0 and len(rows[1]) == 7
+    with pytest.raises(ValueError, match="include 1"):
+        script["main"](["--target", str(folder), "--tokens", "2", "3"])

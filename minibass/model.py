@@ -7,8 +7,9 @@ to which sequence; it reads the per-sequence KV cache through one of the backend
 ``minibass.attention``, chosen by name.
 
 The hot path does less: ``Decoder.forward`` checks its inputs and builds the step — packed
-positions, the attention metadata, the rotary angles — once, on the host, from lengths the
-cache keeps on the host; every layer then only computes. No layer reads a device value into
+positions, the attention metadata, each token's rotary cos/sin rows (read from tables the model
+builds once, ``Decoder.rope``) — once, from lengths the cache keeps on the host; every layer
+then only computes. No layer reads a device value into
 Python, so on a GPU a step runs without stalls.
 
 Module names mirror Hugging Face's (``model.layers.0.self_attn.o_proj`` ...) except for two
@@ -192,7 +193,7 @@ class Step:
     """Per-step state computed once by ``Decoder.forward`` and shared by every layer."""
 
     meta: AttentionMetadata  # lengths, packed positions, host maxima (see minibass.attention.base)
-    cos: Tensor  # [N, 1, D] rotary tables of each packed token's position (rope_tables)
+    cos: Tensor  # [N, 1, D] rotary tables of each packed token's position (Decoder.rope)
     sin: Tensor  # [N, 1, D]
     attention: object  # FORWARDS[name]: the backend on already-checked inputs
 
@@ -208,6 +209,7 @@ class Decoder(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)  # float64 (D/2,)
+        self.rope_cache: tuple[Tensor, Tensor] | None = None  # cos, sin [L, 1, D] of positions 0..L-1 (``rope``)
 
     @property
     def vocab_size(self) -> int:
@@ -236,11 +238,22 @@ class Decoder(nn.Module):
         tokens, q_lens, kv_lens = self.check_step(tokens, q_lens, cache)  # host tensors
         meta = AttentionMetadata.build(q_lens, kv_lens, device)
         x = self.model.embed_tokens(tokens.to(device, non_blocking=True))  # (N, E)
-        step = Step(meta, *rope_tables(meta.positions, self.inv_freq, x.dtype), FORWARDS[name])
+        step = Step(meta, *self.rope(meta.positions, meta.max_kv_len, x.dtype), FORWARDS[name])
         for layer, kv_cache in zip(self.model.layers, cache.kv):
             x = layer(x, step, kv_cache)  # (N, E)
         cache.lengths = kv_lens
         return self.lm_head(self.model.norm(x))  # (N, V)
+
+    def rope(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos, sin [N, 1, D] of ``positions`` [N] (all below ``length``), read from tables of positions
+        0..L-1 built by ``rope_tables`` once, and rebuilt twice as long when a step reaches past them:
+        two index ops per step instead of the trigonometry."""
+        cached = self.rope_cache
+        if cached is None or len(cached[0]) < length or cached[0].dtype != dtype or cached[0].device != positions.device:
+            size = min(max(2 * length, 256), self.max_seq_len)  # length <= max_seq_len: check_step saw to it
+            self.rope_cache = rope_tables(torch.arange(size, device=positions.device), self.inv_freq, dtype)
+        cos, sin = self.rope_cache
+        return cos[positions], sin[positions]  # (N, 1, D) each
 
     def check_step(self, tokens, q_lens, cache: KVCache) -> tuple[Tensor, Tensor, Tensor]:
         """Validates one step on the host; returns (tokens, q_lens, kv_lens) as long CPU tensors.

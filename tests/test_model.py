@@ -97,3 +97,18 @@ def test_float64_and_bfloat16_load(save_hf):
 def test_max_seq_len_is_max_position_embeddings(save_hf):
     model = minibass.load_model(save_hf(hf_tiny("llama", max_position_embeddings=40)))
     assert model.max_seq_len == 40
+
+
+def test_rope_reads_tables_built_once_and_regrown(save_hf):
+    """Decoder.rope gives exactly rope_tables' values, grows its tables when a position needs it, and
+    rebuilds them for another dtype."""
+    from minibass.model import rope_tables
+
+    model = minibass.load_model(save_hf(hf_tiny("llama", max_position_embeddings=2048)))
+    for length, dtype in ((256, torch.float32), (300, torch.float32), (2048, torch.float32), (10, torch.float64)):
+        positions = torch.tensor([0, 5, 3, length // 2, length - 1])
+        got = model.rope(positions, length, dtype)
+        want = rope_tables(positions, model.inv_freq, dtype)
+        assert all(g.dtype == dtype and torch.equal(g, w) for g, w in zip(got, want))
+        assert len(model.rope_cache[0]) >= length and model.rope_cache[0].dtype == dtype
+    assert len(model.rope_cache[0]) <= model.max_seq_len

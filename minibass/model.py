@@ -264,14 +264,18 @@ class Decoder(nn.Module):
         if tokens.dim() != 1 or q_lens.dim() != 1 or q_lens.shape[0] != cache.batch_size:
             raise ValueError(f"tokens must be [N] and q_lens [batch={cache.batch_size}], "
                              f"got {tuple(tokens.shape)} and {tuple(q_lens.shape)}")
-        if int(q_lens.sum()) != tokens.shape[0] or (q_lens < 0).any():
-            raise ValueError(f"q_lens {q_lens.tolist()} must be >= 0 and sum to len(tokens) = {tokens.shape[0]}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(tokens.min())} "
-                             f"max {int(tokens.max())}")
+        # The lengths are a few host integers: checked as Python lists, cheaper than tensor ops.
+        host_q = q_lens.tolist()
+        if sum(host_q) != tokens.shape[0] or min(host_q, default=0) < 0:
+            raise ValueError(f"q_lens {host_q} must be >= 0 and sum to len(tokens) = {tokens.shape[0]}")
+        if tokens.numel():
+            low, high = torch.aminmax(tokens)
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(low)} max {int(high)}")
         kv_lens = cache.lengths + q_lens
-        if (kv_lens > cache.capacity).any():
+        longest = max(kv_lens.tolist(), default=0)
+        if longest > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} exceeded: lengths would become {kv_lens.tolist()}")
-        if (kv_lens > self.max_seq_len).any():
+        if longest > self.max_seq_len:
             raise ValueError(f"sequence length would exceed max_seq_len={self.max_seq_len}: {kv_lens.tolist()}")
         return tokens, q_lens, kv_lens

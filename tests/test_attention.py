@@ -102,6 +102,23 @@ def test_forward_with_step_metadata_equals_the_checked_call(name):
                                rtol=0, atol=0)
 
 
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40)), min_size=1, max_size=9))
+def test_step_metadata_packs_as_pack_positions(lengths):
+    """AttentionMetadata.build packs on Python lists what cache.pack_positions packs with tensor ops."""
+    from minibass.cache import pack_positions
+
+    q_lens = torch.tensor([q for q, _ in lengths])
+    kv_lens = q_lens + torch.tensor([c for _, c in lengths])
+    meta = AttentionMetadata.build(q_lens, kv_lens, "cpu")
+    seq_ids, q_starts, positions = pack_positions(q_lens, kv_lens - q_lens)
+    assert meta.seq_ids.tolist() == seq_ids.tolist() and meta.positions.tolist() == positions.tolist()
+    assert meta.q_starts.tolist() == meta.host_q_starts == q_starts.tolist()
+    assert meta.offsets.tolist() == (positions - (kv_lens - q_lens)[seq_ids]).tolist()
+    assert meta.q_lens.tolist() == meta.host_q_lens == q_lens.tolist()
+    assert meta.kv_lens.tolist() == meta.host_kv_lens == kv_lens.tolist()
+    assert all(t.dtype == torch.long for t in (meta.seq_ids, meta.positions, meta.offsets, meta.q_starts))
+
+
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_custom_scale_and_non_contiguous_query(name):
     q, k, v, q_lens, kv_lens = make_batch([2, 3], [5, 9], 4, 2, 32)

@@ -33,7 +33,6 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..cache import pack_positions
 
 
 class AttentionFn(Protocol):
@@ -72,17 +71,25 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, q_lens: Tensor, kv_lens: Tensor, device: torch.device | str) -> "AttentionMetadata":
-        """From host (CPU) lengths q_lens, kv_lens long [B]; one host-to-device copy for all tensors."""
-        q_lens, kv_lens = q_lens.long(), kv_lens.long()
-        seq_ids, q_starts, positions = pack_positions(q_lens, kv_lens - q_lens)  # (N,), (B,), (N,)
-        offsets = positions - (kv_lens - q_lens)[seq_ids]  # (N,)
-        batch, total = q_lens.shape[0], seq_ids.shape[0]
-        # One transfer: asynchronous from pageable memory, so it never stalls the host on a GPU.
-        packed = torch.cat([q_lens, kv_lens, q_starts, seq_ids, offsets, positions]).to(device, non_blocking=True)
-        dev_q_lens, dev_kv_lens, dev_q_starts, dev_seq, dev_off, dev_pos = packed.split([batch] * 3 + [total] * 3)
+        """From host (CPU) lengths q_lens, kv_lens long [B]; one host-to-device copy for all tensors.
+
+        The packing is ``minibass.cache.pack_positions``'s, done on Python lists: a handful of
+        integers per sequence, where a dozen tiny tensor ops would cost more than the numbers.
+        """
         host_q, host_kv = q_lens.tolist(), kv_lens.tolist()
+        q_starts, seq_ids, offsets, positions = [], [], [], []
+        for b, (n, kv) in enumerate(zip(host_q, host_kv)):
+            q_starts.append(len(seq_ids))
+            seq_ids += [b] * n
+            offsets += range(n)
+            positions += range(kv - n, kv)  # the new tokens are the last n of the kv cached ones
+        batch, total = len(host_q), len(seq_ids)
+        # One transfer: asynchronous from pageable memory, so it never stalls the host on a GPU.
+        packed = torch.tensor(host_q + host_kv + q_starts + seq_ids + offsets + positions, dtype=torch.long)
+        packed = packed.to(device, non_blocking=True)
+        dev_q_lens, dev_kv_lens, dev_q_starts, dev_seq, dev_off, dev_pos = packed.split([batch] * 3 + [total] * 3)
         return cls(dev_q_lens, dev_kv_lens, dev_q_starts, dev_seq, dev_off, dev_pos, host_q, host_kv,
-                   q_starts.tolist(), max(host_q, default=0), max(host_kv, default=0))
+                   q_starts, max(host_q, default=0), max(host_kv, default=0))
 
     @cached_property
     def causal_mask(self) -> Tensor:

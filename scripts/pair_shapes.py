@@ -28,7 +28,7 @@ def main(argv=None):
     parser.add_argument("--alpha", type=float, default=0.76, help="per-token acceptance for the prediction")
     parser.add_argument("--targets", nargs="+", default=["4x256", "8x256", "12x256", "8x320", "12x320"],
                         help="LAYERSxHIDDEN")
-    parser.add_argument("--drafts", nargs="+", default=["2x128", "1x128", "1x96"])
+    parser.add_argument("--drafts", nargs="+", default=["2x128", "1x192", "1x128", "1x96"])
     args = parser.parse_args(argv)
     shapes = {}
     with tempfile.TemporaryDirectory() as folder:

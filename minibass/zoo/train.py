@@ -267,7 +267,7 @@ def main(argv=None):
     parser.add_argument("--target-lr", type=float, default=2e-3, help="peak learning rate of the target")
     parser.add_argument("--draft-lr", type=float, default=3e-3, help="peak learning rate of the draft")
     parser.add_argument("--target-shape", default="12x256", help="LAYERSxHIDDEN of the target (default 12x256)")
-    parser.add_argument("--draft-shape", default="1x128", help="LAYERSxHIDDEN of the draft (default 1x128)")
+    parser.add_argument("--draft-shape", default="1x192", help="LAYERSxHIDDEN of the draft (default 1x192)")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop after this many minutes with a checkpoint; carry on with --resume")
     parser.add_argument("--resume", action="store_true", help="carry on from the checkpoints in OUT/_work/")

@@ -17,18 +17,30 @@ import torch
 from torch import Tensor
 
 
-def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Where the packed new tokens of one step go.
+def pack_lists(q_lens: list[int], lengths: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Where the packed new tokens of one step go, on Python lists (a handful of integers per
+    sequence, where tiny tensor ops would cost more than the numbers).
 
-    q_lens: long [B] new tokens per sequence; lengths: long [B] tokens already cached.
-    Returns seq_ids long [N] (the sequence of each packed token), q_starts long [B] (where each
-    sequence's tokens start in the packed batch) and positions long [N] (each token's absolute
-    position in its sequence: lengths[seq] + its offset within this step).
+    q_lens[b] new tokens for sequence b, which has lengths[b] tokens cached already. Returns
+    seq_ids [N] (the sequence of each packed token), q_starts [B] (where each sequence's tokens
+    start in the packed batch), offsets [N] (each token's index among its sequence's new tokens)
+    and positions [N] (its absolute position: lengths[seq] + offset).
     """
-    seq_ids = torch.repeat_interleave(torch.arange(len(q_lens), device=q_lens.device), q_lens)  # (N,)
-    q_starts = torch.cumsum(q_lens, 0) - q_lens  # (B,)
-    positions = lengths[seq_ids] + torch.arange(len(seq_ids), device=q_lens.device) - q_starts[seq_ids]  # (N,)
-    return seq_ids, q_starts, positions
+    seq_ids, q_starts, offsets, positions = [], [], [], []
+    for b, (n, cached) in enumerate(zip(q_lens, lengths)):
+        q_starts.append(len(seq_ids))
+        seq_ids += [b] * n
+        offsets += range(n)
+        positions += range(cached, cached + n)
+    return seq_ids, q_starts, offsets, positions
+
+
+def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``pack_lists`` for host tensors: q_lens long [B] new tokens per sequence, lengths long [B]
+    tokens already cached. Returns seq_ids long [N], q_starts long [B] and positions long [N].
+    """
+    seq_ids, q_starts, _, positions = pack_lists(q_lens.tolist(), lengths.tolist())
+    return tuple(torch.tensor(xs, dtype=torch.long) for xs in (seq_ids, q_starts, positions))
 
 
 def checked_truncation(lengths, current: Tensor) -> Tensor:

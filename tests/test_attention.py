@@ -103,20 +103,29 @@ def test_forward_with_step_metadata_equals_the_checked_call(name):
 
 
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40)), min_size=1, max_size=9))
-def test_step_metadata_packs_as_pack_positions(lengths):
-    """AttentionMetadata.build packs on Python lists what cache.pack_positions packs with tensor ops."""
+def test_step_metadata_and_pack_positions_pack_as_the_tensor_formula(lengths):
+    """AttentionMetadata.build and cache.pack_positions (both on Python lists) against the packing
+    written as tensor ops: token i of the packed batch belongs to seq_ids[i] and sits at its cached
+    length plus its offset within the step."""
     from minibass.cache import pack_positions
 
     q_lens = torch.tensor([q for q, _ in lengths])
-    kv_lens = q_lens + torch.tensor([c for _, c in lengths])
+    cached = torch.tensor([c for _, c in lengths])
+    kv_lens = q_lens + cached
+    seq_ids = torch.repeat_interleave(torch.arange(len(q_lens)), q_lens)  # (N,)
+    q_starts = torch.cumsum(q_lens, 0) - q_lens  # (B,)
+    offsets = torch.arange(len(seq_ids)) - q_starts[seq_ids]  # (N,)
+    positions = cached[seq_ids] + offsets  # (N,)
     meta = AttentionMetadata.build(q_lens, kv_lens, "cpu")
-    seq_ids, q_starts, positions = pack_positions(q_lens, kv_lens - q_lens)
     assert meta.seq_ids.tolist() == seq_ids.tolist() and meta.positions.tolist() == positions.tolist()
     assert meta.q_starts.tolist() == meta.host_q_starts == q_starts.tolist()
-    assert meta.offsets.tolist() == (positions - (kv_lens - q_lens)[seq_ids]).tolist()
+    assert meta.offsets.tolist() == offsets.tolist()
     assert meta.q_lens.tolist() == meta.host_q_lens == q_lens.tolist()
     assert meta.kv_lens.tolist() == meta.host_kv_lens == kv_lens.tolist()
     assert all(t.dtype == torch.long for t in (meta.seq_ids, meta.positions, meta.offsets, meta.q_starts))
+    packed = pack_positions(q_lens, cached)
+    assert [t.tolist() for t in packed] == [seq_ids.tolist(), q_starts.tolist(), positions.tolist()]
+    assert all(t.dtype == torch.long for t in packed)
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))

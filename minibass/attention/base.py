@@ -33,6 +33,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from ..cache import pack_lists
 
 
 class AttentionFn(Protocol):
@@ -71,18 +72,10 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, q_lens: Tensor, kv_lens: Tensor, device: torch.device | str) -> "AttentionMetadata":
-        """From host (CPU) lengths q_lens, kv_lens long [B]; one host-to-device copy for all tensors.
-
-        The packing is ``minibass.cache.pack_positions``'s, done on Python lists: a handful of
-        integers per sequence, where a dozen tiny tensor ops would cost more than the numbers.
-        """
+        """From host (CPU) lengths q_lens, kv_lens long [B]; one host-to-device copy for all tensors."""
         host_q, host_kv = q_lens.tolist(), kv_lens.tolist()
-        q_starts, seq_ids, offsets, positions = [], [], [], []
-        for b, (n, kv) in enumerate(zip(host_q, host_kv)):
-            q_starts.append(len(seq_ids))
-            seq_ids += [b] * n
-            offsets += range(n)
-            positions += range(kv - n, kv)  # the new tokens are the last n of the kv cached ones
+        # The new tokens are the last q_lens[b] of the kv_lens[b] cached ones.
+        seq_ids, q_starts, offsets, positions = pack_lists(host_q, [kv - n for n, kv in zip(host_q, host_kv)])
         batch, total = len(host_q), len(seq_ids)
         # One transfer: asynchronous from pageable memory, so it never stalls the host on a GPU.
         packed = torch.tensor(host_q + host_kv + q_starts + seq_ids + offsets + positions, dtype=torch.long)

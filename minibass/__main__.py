@@ -87,10 +87,11 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
              f"(per-token acceptance {alpha:.2f}) and costs one verify ({c['verify'] / c['regular']:.2f} regular steps) "
              f"plus {k} draft call{'s' if k != 1 else ''} ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
              f"{step_cost:.2f} = {predicted(c):.2f}x predicted per sequence."]
-    if batch > 1 and fixed["calls"] > 1:  # the batch steps until its slowest sequence is done
-        pace = fixed["longest"] / (fixed["calls"] - 1)
-        lines.append(f"But a batch steps until its slowest sequence is done: {fixed['calls'] - 1} verify steps for "
-                     f"{fixed['longest']} tokens, {pace:.2f} tokens per step for that sequence, so {pace:.2f} / "
+    if batch > 1 and fixed["steps"] > 0:  # the batch steps until its slowest sequence is done
+        per_batch = fixed["steps"] / fixed["batches"]
+        pace = fixed["longest"] / per_batch
+        lines.append(f"But a batch steps until its slowest sequence is done: {per_batch:.1f} verify steps per batch "
+                     f"for {fixed['longest']} tokens, {pace:.2f} tokens per step for that sequence, so {pace:.2f} / "
                      f"{step_cost:.2f} = {pace / step_cost:.2f}x predicted for the batch;")
     lines.append(f"{fixed['speedup']:.2f}x measured (the prediction leaves out sampling, the rejection step and "
                  f"roll-back, outside the forward calls).")
@@ -108,6 +109,21 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     return " ".join(lines)
 
 
+def _merged(results):
+    """One result for several batches decoded one after the other: tokens in order, counts and times summed."""
+    from minibass.generate import GenerationResult, GenerationStats
+
+    stats = GenerationStats(speculative=results[0].stats.speculative)
+    for r in results:
+        for name in ("steps", "target_calls", "draft_calls", "proposed_tokens", "accepted_tokens", "sequence_steps",
+                     "new_tokens", "wall_time"):
+            setattr(stats, name, getattr(stats, name) + getattr(r.stats, name))
+        stats.draft_lengths += r.stats.draft_lengths
+        for phase, seconds in r.stats.time_split.items():
+            stats.time_split[phase] = stats.time_split.get(phase, 0.0) + seconds
+    return GenerationResult([t for r in results for t in r.tokens], stats)
+
+
 def demo(args) -> int:
     """Regular batched decoding vs batched speculative decoding with fixed draft lengths, BASS dynamic and auto."""
     from tqdm import tqdm
@@ -118,18 +134,26 @@ def demo(args) -> int:
 
     if args.repeats < 1 or args.batch_size < 1:
         raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
-    texts = zoo.demo_prompts(args.batch_size)
-    texts = (texts * args.batch_size)[:args.batch_size]
+    # The same prompts at every batch size up to --prompts, decoded in batches of --batch-size, so that
+    # speed-ups at different batch sizes are measured on the same text (one prompt is an anecdote).
+    batch = args.batch_size
+    count = -(-max(args.prompts, batch) // batch) * batch  # whole batches
+    texts = zoo.demo_prompts(count)
+    texts = (texts * count)[:count]
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    groups = [prompts[i:i + batch] for i in range(0, count, batch)]
     backend = args.attention or minibass.attention.default_backend(args.device)
     policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
     greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
-          f"{sum(p.numel() for p in draft.parameters()):,} params; batch {len(prompts)} held-out prompts "
-          f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens), {args.max_new_tokens} new greedy tokens, "
+          f"{sum(p.numel() for p in draft.parameters()):,} params; {count} held-out prompts "
+          f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens) in {len(groups)} batch"
+          f"{'es' if len(groups) > 1 else ''} of {batch}, {args.max_new_tokens} new greedy tokens, "
           f"attention {backend!r}, device {args.device}; tokens/s: median of {args.repeats} runs; speed-up: median "
           f"of {args.repeats} per-round ratios to regular")
     common = dict(seed=args.seed, attention=backend)
@@ -140,10 +164,11 @@ def demo(args) -> int:
     for _, (kind, policy) in tqdm([(r, job) for r in range(args.repeats) for job in jobs], desc="decoding",
                                   leave=False):
         if kind == "regular":
-            result = minibass.generate(target, prompts, args.max_new_tokens, sampling=greedy, **common)
+            result = _merged([minibass.generate(target, g, args.max_new_tokens, sampling=greedy, **common)
+                              for g in groups])
         else:
-            result = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens, sampling=greedy,
-                                                   draft_length=policy, **common)
+            result = _merged([minibass.speculative_generate(target, draft, g, args.max_new_tokens, sampling=greedy,
+                                                            draft_length=policy, **common) for g in groups])
         runs.setdefault("regular" if kind == "regular" else str(policy), []).append(result)
     results = {name: sorted(rs, key=lambda r: r.stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
     # Speed-up: the median over repeats of each run against the regular run of the same repeat, so
@@ -164,18 +189,19 @@ def demo(args) -> int:
             "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{speedup:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
             "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
-            "calls": s.target_calls, "longest": max(map(len, result.tokens)),
+            "calls": s.target_calls, "longest": max(map(len, result.tokens)), "steps": s.steps,
+            "batches": len(groups),
             "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",
         })
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
                         ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))
-    batches = sorted({1, 4, len(prompts), 16, 32})
+    batches = sorted({1, 4, batch, 16, 32})
     costs = {b: call_costs(target, draft, b, k + 1) for b in batches}
-    c = costs[len(prompts)]
-    print(f"\nmeasured now at batch {len(prompts)}: one regular step {c['regular']:.2f} ms; one draft call "
+    c = costs[batch]
+    print(f"\nmeasured now at batch {batch}: one regular step {c['regular']:.2f} ms; one draft call "
           f"{c['draft']:.2f} ms = {c['draft'] / c['regular']:.2f} regular steps; one verify of {k + 1} tokens "
           f"{c['verify']:.2f} ms = {c['verify'] / c['regular']:.2f} regular steps")
-    print(textwrap.fill(_reading(rows, costs, len(prompts), k), width=100))
+    print(textwrap.fill(_reading(rows, costs, batch, k), width=100))
 
     sampled = minibass.speculative_generate(target, draft, prompts[:1], args.max_new_tokens, draft_length="auto",
                                             sampling=minibass.SamplingParams(temperature=0.8), **common)
@@ -240,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="regular vs batched speculative decoding on the shipped pair")
     common(p, default_tokens=48)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=8,
+                   help="held-out prompts to decode, in batches of --batch-size (default 8, at least one batch)")
     p.add_argument("--draft-lengths", nargs="+", default=["1", "2", "3", "4", "dynamic", "auto"],
                    help="draft-length policies to compare (default: 1 2 3 4 dynamic auto)")
     p.add_argument("--attention", default=None, choices=backends,

@@ -5,7 +5,8 @@ hears ``update(active, proposed, accepted)`` after it. The loop may propose fewe
 asked near a sequence's budget (never past ``max_new_tokens``); ``proposed`` says what was used.
 Any object with these two methods can be passed as ``draft_length``. A policy that also has
 ``observe_costs(k, draft_seconds, verify_seconds)`` hears, after each step, how long that step's
-draft calls (k of them) took, and the rest of the step (the verify call, acceptance and roll-back).
+draft calls (k of them) took, and the rest of the step (the verify call, acceptance, roll-back and
+the loop's own bookkeeping: everything a step costs but the draft calls).
 
 Every policy decides from the past only, so the output distribution does not depend on it.
 """
@@ -130,11 +131,14 @@ class CostAwareDraftLength:
     costs the whole batch.
 
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
-    fastest time seen per draft call, and a least-squares line through the fastest time seen of
-    the rest of a step (verify, acceptance, roll-back) at each k, for the batch size at hand (a
-    slow spell of the machine only ever adds time, so the fastest is the call's own cost). Until
-    two draft lengths have been timed twice each it tries k = 1, 3, 1, 3 (cheap steps, far enough
-    apart to draw a line).
+    fastest time seen per draft call, and a least-squares line through the rest of a step (verify,
+    acceptance, roll-back, the loop's bookkeeping) at each k, for the batch size at hand, each k
+    priced by the fastest of its ``recent`` (3) latest steps. A slow spell of the machine only
+    ever adds time, so the fastest is the step's own cost; the latest few, the same number for
+    every k, so that the k tried most often does not look cheaper only because its minimum is
+    taken over more samples (the fastest of 20 noisy timings is lower than the fastest of 2).
+    Until two draft lengths have been timed twice each it tries k = 1, 3, 1, 3 (cheap steps, far
+    enough apart to draw a line).
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
     sequence of the batch and ignores what a step costs; this policy follows the *slowest* and
@@ -150,6 +154,7 @@ class CostAwareDraftLength:
     costs: DraftCosts | None = None
     memory: float = 0.9
     pull: float = 2.0
+    recent: int = 3
     successes: dict[int, float] = field(default_factory=dict)
     failures: dict[int, float] = field(default_factory=dict)
     draft_times: list[float] = field(default_factory=list)  # seconds per draft call, one entry per step
@@ -163,6 +168,8 @@ class CostAwareDraftLength:
             raise ValueError(f"memory must be in [0, 1], got {self.memory!r}")
         if self.pull < 0:
             raise ValueError(f"pull must be >= 0, got {self.pull!r}")
+        if isinstance(self.recent, bool) or not isinstance(self.recent, int) or self.recent < 1:
+            raise ValueError(f"recent must be an int >= 1, got {self.recent!r}")
 
     def alphas(self, active: list[int]) -> list[float]:
         """The per-token acceptance of each active sequence (posterior means, see the class)."""
@@ -181,11 +188,11 @@ class CostAwareDraftLength:
         if not usable or not self.draft_times:
             return None
         n = min((m for m in usable if batch is None or m >= batch), default=max(usable))
-        # The fastest time seen: a slow spell of the machine only ever adds time, so the minimum is
-        # the call's own cost, and two samples suffice to drop one spell.
+        # The fastest of the latest few: a slow spell of the machine only ever adds time, so the
+        # minimum is the step's own cost; over as many samples for every k (see the class).
         ks = sorted(by_batch[n])
         xs = [k + 1.0 for k in ks]
-        ys = [min(by_batch[n][k]) for k in ks]
+        ys = [min(by_batch[n][k][-self.recent:]) for k in ks]
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
         slope = max(slope, 0.0)  # a verify of more tokens never costs less

@@ -246,6 +246,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     timer = PhaseTimer(stats)
 
     while s.active.any():
+        step_started = time.perf_counter()
         active = s.active.nonzero().flatten().tolist()
         asked = policy.lengths(active)
         if len(asked) != len(active) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in asked):
@@ -255,7 +256,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         draft_lens[active] = torch.minimum(torch.tensor(asked), max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)[active])
         n = step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer)
         s.active &= (s.seq_lens - s.prompt_lens) < max_new_tokens
-        _record(stats, policy, active, draft_lens, n, timer.last)
+        _record(stats, policy, active, draft_lens, n, timer.last["draft"], time.perf_counter() - step_started)
 
     out = [s.history[b, s.prompt_lens[b]:s.seq_lens[b]].tolist() for b in range(batch)]
     stats.new_tokens = sum(len(o) for o in out)
@@ -263,7 +264,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     return GenerationResult(out, stats)
 
 
-def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tensor, n: Tensor, seconds: dict):
+def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tensor, n: Tensor, draft_seconds: float,
+            step_seconds: float):
     """Bookkeeping after a step: counts for the stats, and what the draft-length policy hears."""
     ks, accepted = draft_lens[active].tolist(), n[active].tolist()
     stats.steps += 1
@@ -280,6 +282,5 @@ def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tenso
     drafted = [i for i, k in enumerate(ks) if k > 0]  # sequences that proposed nothing do not take part
     if drafted:
         policy.update([active[i] for i in drafted], [ks[i] for i in drafted], [accepted[i] for i in drafted])
-    if hasattr(policy, "observe_costs"):  # a cost-aware policy hears what the draft calls and the rest took
-        rest = sum(seconds.get(phase, 0.0) for phase in ("verify", "accept", "rollback"))
-        policy.observe_costs(max(ks), seconds["draft"], rest)
+    if hasattr(policy, "observe_costs"):  # a cost-aware policy hears what the draft calls and the rest of the step took
+        policy.observe_costs(max(ks), draft_seconds, step_seconds - draft_seconds)

@@ -112,11 +112,31 @@ def test_a_new_draft_is_distilled_from_a_kept_target(tmp_path):
     assert f"T=0,k=4: {metrics['acceptance']['T=0,k=4']}" in target_card  # the pair's acceptance, updated
 
 
+def test_a_draft_goes_on_distilling_half_on_text_the_target_wrote(tmp_path):
+    """--draft-from starts from a trained draft; --on-policy N mixes N target-written continuations into
+    half of every batch; the card and metrics say so; --draft-from alone is refused."""
+    from minibass.zoo import train
+
+    train.main(["--out", str(tmp_path / "first"), "--fast"])
+    first = tmp_path / "first"
+    train.main(["--out", str(tmp_path / "second"), "--fast", "--target-from", str(first / "target"),
+                "--draft-from", str(first / "draft"), "--on-policy", "4", "--draft-steps", "2"])
+    card = (tmp_path / "second" / "draft" / "README.md").read_text()
+    assert "4 continuations written by the target" in card and f"started from the draft in `{first / 'draft'}`" in card
+    assert "draft_on_policy_text" in json.loads((tmp_path / "second" / "metrics.json").read_text())["minutes"]
+    with pytest.raises(SystemExit):
+        train.main(["--out", str(tmp_path / "third"), "--fast", "--draft-from", str(first / "draft")])
+
+    stream, written = torch.zeros(100, dtype=torch.long), torch.ones(3, 9, dtype=torch.long)
+    batch = next(train.mixed_batches(stream, written, 5, 8, torch.Generator().manual_seed(0)))
+    assert batch.shape == (5, 9) and batch.sum(1).tolist() == [0, 0, 0, 9, 9]  # 3 windows of the stream, 2 written
+
+
 def test_demo_prompts_are_shipped_data_and_the_runtime_never_imports_training_code():
     script = (
         "import runpy, sys\n"
         "sys.argv = ['minibass', 'demo', '--max-new-tokens', '3', '--batch-size', '2', '--draft-lengths', '2',\n"
-        "            '--repeats', '1']\n"
+        "            '--repeats', '1', '--prompts', '2']\n"
         "try:\n"
         "    runpy.run_module('minibass', run_name='__main__')\n"
         "except SystemExit as exit:\n"
@@ -135,11 +155,12 @@ def run_cli(*args):
 
 
 def test_demo_end_to_end():
-    result = run_cli("demo", "--batch-size", "2", "--max-new-tokens", "6", "--repeats", "2", "--attention", "split",
-                     "--draft-lengths", "2", "auto")
+    result = run_cli("demo", "--batch-size", "2", "--prompts", "3", "--max-new-tokens", "6", "--repeats", "2",
+                     "--attention", "split", "--draft-lengths", "2", "auto")
     assert result.returncode == 0, result.stderr
-    for text in ("speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "temperature 0.8",
-                 "greedy check", "OK"):
+    for text in ("4 held-out prompts", "in 2 batches of 2",  # 3 prompts asked: whole batches, so 4
+                 "speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "temperature 0.8",
+                 "greedy check", "for all 4 prompts", "OK"):
         assert text in result.stdout, text
 
 

@@ -3,6 +3,8 @@
     python -m minibass.zoo.train --out OUT --max-minutes 85              # the shipped pair, part 1 (the target)
     python -m minibass.zoo.train --out OUT --max-minutes 90 --resume     # part 2 (the draft; ~170 min in all, 2 cores)
     python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target   # only a new draft
+    python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target \
+        --draft-from minibass/zoo/demo/draft --on-policy 4096 --draft-steps 2000 --draft-lr 1e-3   # go on distilling
     python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
 
 Long runs go in parts: ``--max-minutes M`` stops after M minutes with a checkpoint in
@@ -19,7 +21,11 @@ length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` 
 3. Target: a Llama model trained with next-token cross-entropy (``transformers``' own
    ``LlamaForCausalLM``, AdamW, cosine schedule).
 4. Draft: a much smaller Llama distilled from the target by minimising KL(target || draft) on
-   the target's full next-token distributions, which is what drives acceptance up.
+   the target's full next-token distributions, which is what drives acceptance up. With
+   ``--on-policy N`` half of every batch is text the target wrote itself (N continuations of
+   training-text openings, half greedy, half sampled at temperature 1): the text the draft
+   will have to predict when it drafts for the target (on-policy distillation, as in
+   DistillSpec, Zhou et al. 2024). ``--draft-from`` starts from a trained draft.
 5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
    corpus, steps, held-out loss / perplexity and measured acceptance rates.
 
@@ -90,6 +96,36 @@ def batches(stream: torch.Tensor, batch: int, seq_len: int, generator: torch.Gen
     while True:
         starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=generator)
         yield torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])
+
+
+def mixed_batches(stream: torch.Tensor, written: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
+    """Endless batches [batch, seq_len + 1]: half random windows of the stream, half rows of ``written``
+    [M, seq_len + 1] (the target's own continuations), drawn at random."""
+    windows = batches(stream, batch - batch // 2, seq_len, generator)
+    while True:
+        rows = torch.randint(0, len(written), (batch // 2,), generator=generator)
+        yield torch.cat([next(windows), written[rows]])
+
+
+@torch.no_grad()
+def target_continuations(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int, opening: int,
+                         generator: torch.Generator, chunk: int = 64) -> torch.Tensor:
+    """[n, seq_len + 1]: ``opening`` tokens of the training stream, then what the target writes after
+    them (minibass ``generate``, the saved target): the first half greedy, the second half sampled at
+    temperature 1. Openings start at random places of the stream."""
+    import minibass
+
+    target = minibass.load_model(target_dir)
+    rows = []
+    for start in tqdm(range(0, n, chunk), desc="target continuations", mininterval=5):
+        size = min(chunk, n - start)
+        starts = torch.randint(0, len(stream) - opening, (size,), generator=generator).tolist()
+        prompts = [stream[s:s + opening].tolist() for s in starts]
+        sampling = minibass.SamplingParams(temperature=0.0 if start < n // 2 else 1.0)
+        out = minibass.generate(target, prompts, seq_len + 1 - opening, sampling=sampling, attention="padded",
+                                seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
+        rows += [p + o for p, o in zip(prompts, out.tokens)]
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int):
@@ -238,7 +274,7 @@ tags: [minibass, speculative-decoding, demo]
 | architecture | Llama: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, tied embeddings, {params:,} parameters |
 | weights | bfloat16 safetensors |
 | corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {n_held} held-out files ({held_tokens:,} tokens), split by path hash |
-| training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device} |
+| training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
 | held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}) |
 | acceptance (this pair, held-out prompts, minibass `speculative_generate`) | {acceptance} |
 
@@ -273,10 +309,17 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="carry on from the checkpoints in OUT/_work/")
     parser.add_argument("--target-from", type=Path, default=None, metavar="DIR",
                         help="keep the trained target (and its tokenizer) in DIR and distil only a new draft from it")
+    parser.add_argument("--draft-from", type=Path, default=None, metavar="DIR",
+                        help="start the draft from the weights in DIR (with --target-from) instead of at random")
+    parser.add_argument("--on-policy", type=int, default=0, metavar="N",
+                        help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
     if args.fast:
         args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
         args.target_shape, args.draft_shape = "2x64", "1x32"
+        args.on_policy = min(args.on_policy, 4)
+    if args.draft_from is not None and args.target_from is None:
+        parser.error("--draft-from needs --target-from (a draft goes on distilling from the target it was made for)")
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
@@ -315,6 +358,12 @@ def main(argv=None):
         shapes["target"] = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
         metrics_file = args.target_from.parent / "metrics.json"
         kept = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
+    if args.draft_from is not None:
+        from transformers import LlamaForCausalLM
+
+        draft = LlamaForCausalLM.from_pretrained(args.draft_from, dtype=torch.float32)
+        c = draft.config
+        shapes["draft"] = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
 
     def lm_loss(x):
         logits = target(x[:, :-1]).logits
@@ -334,7 +383,20 @@ def main(argv=None):
         return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
                                           log_target=True, reduction="batchmean")  # KL(target || draft)
 
-    if not fit(draft, args.draft_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.draft_lr,
+    data = batches(train_stream, args.batch, args.seq_len, gen)
+    if args.on_policy:
+        written_file = tmp / "on_policy.pt"  # made once, kept for --resume
+        if not written_file.exists():
+            target_dir = args.target_from
+            if target_dir is None:  # the target was trained in this run: save it first
+                target_dir = tmp / "target"
+                save(target, tokenizer, target_dir, "")
+            began = time.time()
+            rows = target_continuations(target_dir, train_stream, args.on_policy, args.seq_len, 32, gen)
+            torch.save({"rows": rows, "seconds": time.time() - began}, written_file)
+        written = torch.load(written_file, weights_only=True)
+        data = mixed_batches(train_stream, written["rows"], args.batch, args.seq_len, gen)
+    if not fit(draft, args.draft_steps, data, gen, args.draft_lr,
                kd_loss, "draft", tmp / "draft.pt", deadline):
         return
     draft_minutes = minutes_spent(tmp / "draft.pt")
@@ -367,16 +429,28 @@ def main(argv=None):
                 for line in card.splitlines()) + "\n")
             continue
         hidden, layers, heads, kv_heads = shapes[name]
+        history = ""
+        if name == "draft" and args.on_policy:
+            history += (f"; half of every batch from {args.on_policy} continuations written by the target "
+                        f"(half greedy, half at temperature 1; writing them took {written['seconds'] / 60:.1f} min)")
+        if name == "draft" and args.draft_from is not None:
+            before = args.draft_from.parent / "metrics.json"
+            before = json.loads(before.read_text()) if before.exists() else {}
+            history += (f"; started from the draft in `{args.draft_from}`" +
+                        (f", made by `python -m minibass.zoo.train {before['argv']}` in "
+                         f"{before['minutes']['draft']:.1f} min" if "argv" in before else ""))
         card = MODEL_CARD.format(role=name, summary=summary[name], layers=layers, hidden=hidden, heads=heads,
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
                                  steps=args.target_steps if name == "target" else args.draft_steps,
                                  minutes=target_minutes if name == "target" else draft_minutes,
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
-                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()),
+                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()), history=history,
                                  **{**common, "lr": common["lr"][name]})
         (folders[name] / "README.md").write_text(card)
-    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": {"target": target_minutes, "draft": draft_minutes},
-               **common}
+    minutes = {"target": target_minutes, "draft": draft_minutes}
+    if args.on_policy:
+        minutes["draft_on_policy_text"] = written["seconds"] / 60
+    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": minutes, **common}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_demo_prompts(held_files or train_files[-1:], root, out / "prompts.json")  # (--fast: maybe no held-out file)
     shutil.rmtree(tmp)

@@ -132,8 +132,9 @@ class CostAwareDraftLength:
 
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
     fastest time seen per draft call, and a least-squares line through the rest of a step (verify,
-    acceptance, roll-back, the loop's bookkeeping) at each k, for the batch size at hand, each k
-    priced by the fastest of its ``recent`` (3) latest steps. A slow spell of the machine only
+    acceptance, roll-back, the loop's bookkeeping) at each k, for the batch size at hand (see
+    ``measured_costs`` for a batch that has shrunk), each k priced by the fastest of its ``recent``
+    (3) latest steps. A slow spell of the machine only
     ever adds time, so the fastest is the step's own cost; the latest few, the same number for
     every k, so that the k tried most often does not look cheaper only because its minimum is
     taken over more samples (the fastest of 20 noisy timings is lower than the fastest of 2).
@@ -179,18 +180,30 @@ class CostAwareDraftLength:
         return [(s_b + self.pull * batch) / (s_b + f_b + self.pull) for s_b, f_b in zip(s, f)]
 
     def measured_costs(self, batch: int | None = None) -> DraftCosts | None:
-        """Costs from the timings seen, at ``batch`` sequences (or the nearest larger batch timed at two
-        lengths: the batch shrinks as sequences finish); None until two lengths are timed twice."""
+        """Costs from the timings seen, at ``batch`` sequences; None until two lengths are timed twice.
+
+        The batch shrinks as sequences finish. A smaller batch is priced from its own timings once two
+        lengths have been timed ``recent`` times there, and until then from the nearest larger batch
+        timed at two lengths: a line through a few noisy timings can come out far too steep."""
         by_batch: dict[int, dict[int, list[float]]] = {}
         for (n, k), times in self.verify_times.items():
             by_batch.setdefault(n, {})[k] = times
-        usable = [n for n, timed in by_batch.items() if sum(len(t) >= 2 for t in timed.values()) >= 2]
+
+        def lengths_timed(n: int, times: int) -> int:  # how many lengths were timed that often at batch n
+            return sum(len(t) >= times for t in by_batch[n].values())
+
+        usable = [n for n in by_batch if lengths_timed(n, 2) >= 2]
         if not usable or not self.draft_times:
             return None
-        n = min((m for m in usable if batch is None or m >= batch), default=max(usable))
+        larger = [m for m in usable if batch is None or m > batch]
+        if batch in usable and (lengths_timed(batch, self.recent) >= 2 or not larger):
+            n = batch
+        else:
+            n = min(larger, default=max(usable))
         # The fastest of the latest few: a slow spell of the machine only ever adds time, so the
-        # minimum is the step's own cost; over as many samples for every k (see the class).
-        ks = sorted(by_batch[n])
+        # minimum is the step's own cost; over as many samples for every k (see the class). Lengths
+        # timed once are left out: one timing cannot drop a slow spell.
+        ks = [k for k in sorted(by_batch[n]) if len(by_batch[n][k]) >= 2]
         xs = [k + 1.0 for k in ks]
         ys = [min(by_batch[n][k][-self.recent:]) for k in ks]
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)

@@ -326,8 +326,14 @@ def test_cost_aware_policy_prices_each_batch_size_apart():
             policy.update(list(range(batch)), [k] * batch, [0] * batch)
             policy.observe_costs(k, 0.1 * k * scale, scale * (0.95 + 0.05 * (k + 1)))
     assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
+    assert policy.measured_costs(2).verify_base == pytest.approx(1.9)  # timed twice per length: still batch 8's
+    for k in (1, 3):  # a third time each (``recent``): now batch 2 is priced from its own timings
+        policy.observe_costs(k, 0.1 * k, 0.95 + 0.05 * (k + 1))
     assert policy.measured_costs(2).verify_base == pytest.approx(0.95)
     assert policy.measured_costs(4).verify_base == pytest.approx(1.9)  # not timed at 4: batch 8's, the dearer
+    policy.update(list(range(8)), [2] * 8, [0] * 8)
+    policy.observe_costs(2, 0.2, 99.0)  # k = 2 timed once, in a slow spell: left out of the line
+    assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
     policy.observe_costs(0, 0.0, 0.01)  # nobody drafted (the budget's end): a plain target step, not timed
     assert (2, 0) not in policy.verify_times
 

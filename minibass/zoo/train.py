@@ -138,6 +138,15 @@ def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_l
     return LlamaForCausalLM(config)
 
 
+def pretrained(folder: Path):
+    """A saved Llama in float32, and its shape as ``parse_shape`` gives it: (hidden, layers, heads, kv_heads)."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    c = model.config
+    return model, (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -349,21 +358,16 @@ def main(argv=None):
     shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
     target = llama(vocab, *shapes["target"], 1024, eos)
     draft = llama(vocab, *shapes["draft"], 1024, eos)
+    # (Both are built at random first even when loaded below: that keeps the random stream, and so a
+    # --target-from run's draft, what it has always been.)
     kept = None  # the target's own metrics when it is kept from --target-from
     if args.target_from is not None:
-        from transformers import LlamaForCausalLM
-
-        target = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32).eval()
-        c = target.config
-        shapes["target"] = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
+        target, shapes["target"] = pretrained(args.target_from)
+        target.eval()
         metrics_file = args.target_from.parent / "metrics.json"
         kept = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
     if args.draft_from is not None:
-        from transformers import LlamaForCausalLM
-
-        draft = LlamaForCausalLM.from_pretrained(args.draft_from, dtype=torch.float32)
-        c = draft.config
-        shapes["draft"] = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
+        draft, shapes["draft"] = pretrained(args.draft_from)
 
     def lm_loss(x):
         logits = target(x[:, :-1]).logits
@@ -434,8 +438,8 @@ def main(argv=None):
             history += (f"; half of every batch from {args.on_policy} continuations written by the target "
                         f"(half greedy, half at temperature 1; writing them took {written['seconds'] / 60:.1f} min)")
         if name == "draft" and args.draft_from is not None:
-            before = args.draft_from.parent / "metrics.json"
-            before = json.loads(before.read_text()) if before.exists() else {}
+            before_file = args.draft_from.parent / "metrics.json"
+            before = json.loads(before_file.read_text()) if before_file.exists() else {}
             history += (f"; started from the draft in `{args.draft_from}`" +
                         (f", made by `python -m minibass.zoo.train {before['argv']}` in "
                          f"{before['minutes']['draft']:.1f} min" if "argv" in before else ""))

@@ -127,6 +127,13 @@ def test_a_draft_goes_on_distilling_half_on_text_the_target_wrote(tmp_path):
     with pytest.raises(SystemExit):
         train.main(["--out", str(tmp_path / "third"), "--fast", "--draft-from", str(first / "draft")])
 
+    # The first half of the continuations is the target's greedy text, the second half sampled.
+    stream = torch.randint(0, 300, (500,), generator=torch.Generator().manual_seed(0))
+    rows = train.target_continuations(first / "target", stream, 4, 31, 8, torch.Generator().manual_seed(1))
+    target = minibass.load_model(first / "target")
+    greedy = minibass.generate(target, rows[:, :8].tolist(), 24, sampling=minibass.SamplingParams(temperature=0)).tokens
+    assert rows.shape == (4, 32) and rows[:2, 8:].tolist() == greedy[:2] and rows[2:, 8:].tolist() != greedy[2:]
+
     stream, written = torch.zeros(100, dtype=torch.long), torch.ones(3, 9, dtype=torch.long)
     batch = next(train.mixed_batches(stream, written, 5, 8, torch.Generator().manual_seed(0)))
     assert batch.shape == (5, 9) and batch.sum(1).tolist() == [0, 0, 0, 9, 9]  # 3 windows of the stream, 2 written

@@ -117,14 +117,17 @@ def target_continuations(target_dir: Path, stream: torch.Tensor, n: int, seq_len
 
     target = minibass.load_model(target_dir)
     rows = []
-    for start in tqdm(range(0, n, chunk), desc="target continuations", mininterval=5):
-        size = min(chunk, n - start)
-        starts = torch.randint(0, len(stream) - opening, (size,), generator=generator).tolist()
-        prompts = [stream[s:s + opening].tolist() for s in starts]
-        sampling = minibass.SamplingParams(temperature=0.0 if start < n // 2 else 1.0)
-        out = minibass.generate(target, prompts, seq_len + 1 - opening, sampling=sampling, attention="padded",
-                                seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
-        rows += [p + o for p, o in zip(prompts, out.tokens)]
+    with tqdm(total=n, desc="target continuations", mininterval=5) as bar:
+        for temperature, count in ((0.0, n // 2), (1.0, n - n // 2)):
+            for start in range(0, count, chunk):
+                size = min(chunk, count - start)
+                starts = torch.randint(0, len(stream) - opening, (size,), generator=generator).tolist()
+                prompts = [stream[s:s + opening].tolist() for s in starts]
+                out = minibass.generate(target, prompts, seq_len + 1 - opening, attention="padded",
+                                        sampling=minibass.SamplingParams(temperature=temperature),
+                                        seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
+                rows += [p + o for p, o in zip(prompts, out.tokens)]
+                bar.update(size)
     return torch.tensor(rows, dtype=torch.long)
 
 

@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 import textwrap
+import time
 
 import torch
 
@@ -66,35 +67,70 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+class ForwardClock:
+    """Adds up the wall time of each model's forward calls while active, in ``seconds[name]``, by
+    wrapping the instances' ``forward``: the demo's account of where a step's time went (the rest
+    of a run is the loop's own work on the host: sampling, the rejection step, roll-back, bookkeeping).
+
+        with ForwardClock(target=target, draft=draft) as clock:
+            result = minibass.speculative_generate(target, draft, ...)
+        clock.seconds  # {"target": ..., "draft": ...}
+    """
+
+    def __init__(self, **models):
+        self.models, self.seconds = models, dict.fromkeys(models, 0.0)
+
+    def _timed(self, name: str, forward):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+        return timed
+
+    def __enter__(self) -> "ForwardClock":
+        for name, model in self.models.items():
+            model.forward = self._timed(name, model.forward)  # an instance attribute, ahead of the class's method
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for model in self.models.values():
+            del model.forward  # the class's method again
+
+
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
-    """One paragraph: why speculative decoding pays (or not) here, and where it would stop paying."""
+    """One paragraph: where a step's time went in the run with the fastest fixed k (why it pays or not),
+    and at what batch size it would stop paying on this device."""
     from minibass.costmodel import alpha_from_accepted, speedup_from_costs
-    from minibass.draft_length import expected_tokens
 
     fixed = next((r for r in rows if r["policy"] == str(k)), None)
     if fixed is None:
         return "(give a fixed draft length in --draft-lengths for a reading of the table)"
-    # The per-token acceptance whose expected accepted prefix is the mean measured with this fixed k.
+    # Per step of the speculative run (prefill included), in regular steps of the regular run of the same round.
+    r = fixed["paired_regular_ms"]
+    steps = fixed["steps"]
+    verify, drafts, host = (fixed["target_ms"] / steps / r, fixed["draft_ms"] / steps / r, fixed["host_ms"] / steps / r)
+    step_cost = verify + drafts + host
+    pace = fixed["longest"] * fixed["batches"] / steps  # tokens per step of the batch's slowest sequence
     alpha = alpha_from_accepted(fixed["mean_accepted"], k)
-    tokens = expected_tokens(alpha, k)
+    lines = [f"Reading: with k = {k}, a step cost on average (the median run, prefill included, in regular steps "
+             f"of {r:.2f} ms, the regular run of the same round) one verify {verify:.2f} + "
+             f"{fixed['draft_calls'] / steps:.1f} draft calls {drafts:.2f} + the loop's own work outside the forward "
+             f"calls (sampling, the rejection step, roll-back, bookkeeping) {host:.2f} = {step_cost:.2f}."]
+    if batch > 1:
+        lines.append(f"Each sequence emitted {1 + fixed['mean_accepted']:.2f} tokens per step on average "
+                     f"(per-token acceptance {alpha:.2f}), but a batch steps until its slowest sequence is done: "
+                     f"{pace:.2f} tokens per step for that one,")
+    else:
+        lines.append(f"Each sequence emitted {pace:.2f} tokens per step (per-token acceptance {alpha:.2f}),")
+    lines.append(f"so {pace:.2f} / {step_cost:.2f} = {pace / step_cost:.2f}x, that run's speed-up "
+                 f"({fixed['speedup']:.2f}x the median of the rounds' ratios); without the host work it would be "
+                 f"{pace:.2f} / {verify + drafts:.2f} = {pace / (verify + drafts):.2f}x.")
 
     def predicted(c):
         return speedup_from_costs(c["regular"], c["verify"], c["draft"], k=k, alpha=alpha)
 
-    c = costs_by_batch[batch]
-    step_cost = (c["verify"] + k * c["draft"]) / c["regular"]
-    lines = [f"Reading: with k = {k}, each step emits {tokens:.2f} tokens per sequence on average "
-             f"(per-token acceptance {alpha:.2f}) and costs one verify ({c['verify'] / c['regular']:.2f} regular steps) "
-             f"plus {k} draft call{'s' if k != 1 else ''} ({c['draft'] / c['regular']:.2f} each): {tokens:.2f} / "
-             f"{step_cost:.2f} = {predicted(c):.2f}x predicted per sequence."]
-    if batch > 1 and fixed["steps"] > 0:  # the batch steps until its slowest sequence is done
-        per_batch = fixed["steps"] / fixed["batches"]
-        pace = fixed["longest"] / per_batch
-        lines.append(f"But a batch steps until its slowest sequence is done: {per_batch:.1f} verify steps per batch "
-                     f"for {fixed['longest']} tokens, {pace:.2f} tokens per step for that sequence, so {pace:.2f} / "
-                     f"{step_cost:.2f} = {pace / step_cost:.2f}x predicted for the batch;")
-    lines.append(f"{fixed['speedup']:.2f}x measured (the prediction leaves out sampling, the rejection step and "
-                 f"roll-back, outside the forward calls).")
     stops = [b for b, cb in sorted(costs_by_batch.items()) if predicted(cb) < 1.0]
     trend = ", ".join(f"batch {b}: {predicted(cb):.2f}x" for b, cb in sorted(costs_by_batch.items()))
     if stops:
@@ -105,8 +141,13 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     else:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
-    lines.append(f"Predicted per sequence from the call costs measured at other batch sizes ({trend}), {end}")
+    lines.append(f"Predicted per sequence from the forward calls alone, timed at each batch size ({trend}): {end}")
     return " ".join(lines)
+
+
+def _ms_per_step(result) -> float:
+    """Milliseconds per step of a run (prefill included)."""
+    return 1e3 * result.stats.wall_time / result.stats.steps
 
 
 def _merged(results):
@@ -160,17 +201,25 @@ def demo(args) -> int:
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)
     jobs = [("regular", None)] + [("speculative", p) for p in policies]
-    runs = {}  # every job once per repeat, in turn, so a slow spell of the machine hits them all alike
+    # Every job once per repeat, in turn, so that a slow spell of the machine hits them all alike.
+    runs, forward_seconds = {}, {}
     for _, (kind, policy) in tqdm([(r, job) for r in range(args.repeats) for job in jobs], desc="decoding",
                                   leave=False):
-        if kind == "regular":
-            result = _merged([minibass.generate(target, g, args.max_new_tokens, sampling=greedy, **common)
-                              for g in groups])
-        else:
-            result = _merged([minibass.speculative_generate(target, draft, g, args.max_new_tokens, sampling=greedy,
-                                                            draft_length=policy, **common) for g in groups])
-        runs.setdefault("regular" if kind == "regular" else str(policy), []).append(result)
-    results = {name: sorted(rs, key=lambda r: r.stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
+        with ForwardClock(target=target, draft=draft) as clock:
+            if kind == "regular":
+                result = _merged([minibass.generate(target, g, args.max_new_tokens, sampling=greedy, **common)
+                                  for g in groups])
+            else:
+                result = _merged([minibass.speculative_generate(target, draft, g, args.max_new_tokens,
+                                                                sampling=greedy, draft_length=policy, **common)
+                                  for g in groups])
+        name = "regular" if kind == "regular" else str(policy)
+        runs.setdefault(name, []).append(result)
+        forward_seconds.setdefault(name, []).append(clock.seconds)
+    # The median run of each method by tokens/s, and the round it came from.
+    medians = {name: sorted(range(len(rs)), key=lambda i: rs[i].stats.tokens_per_second)[len(rs) // 2]
+               for name, rs in runs.items()}
+    results = {name: runs[name][i] for name, i in medians.items()}
     # Speed-up: the median over repeats of each run against the regular run of the same repeat, so
     # that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
     speedups = {name: statistics.median(r.stats.tokens_per_second / b.stats.tokens_per_second
@@ -192,6 +241,12 @@ def demo(args) -> int:
             "calls": s.target_calls, "longest": max(map(len, result.tokens)), "steps": s.steps,
             "batches": len(groups),
             "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",
+            # Where the median run's time went, for the reading: forward calls of each model, the rest on the host.
+            "target_ms": 1e3 * forward_seconds[name][medians[name]]["target"],
+            "draft_ms": 1e3 * forward_seconds[name][medians[name]]["draft"],
+            "host_ms": 1e3 * (s.wall_time - sum(forward_seconds[name][medians[name]].values())),
+            "draft_calls": s.draft_calls,
+            "paired_regular_ms": _ms_per_step(runs["regular"][medians[name]]),
         })
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
                         ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))

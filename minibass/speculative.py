@@ -30,7 +30,9 @@ plain target step), so no cache or position ever exceeds ``prompt + max_new_toke
 Seams. The four phases are plain functions gathered in ``Phases``; ``speculative_generate``
 takes ``phases=`` so that a test can swap one for a deliberately broken twin (the planted-bug
 tests do) without patching private names, and ``step=`` so that the course's learner can
-assemble a step from the phases and run it in the real loop.
+assemble a step from the phases and run it in the real loop. Greedy decoding runs
+``GREEDY_PHASES`` by default: with one-hot p and q the rejection rule reduces to comparing tokens,
+so those phases pass tokens instead of distributions (same output, less work per step).
 
 Papers: speculative sampling — Leviathan et al. 2023, Chen et al. 2023; batching with ragged
 caches and the dynamic draft length — Qian et al. 2024 (BASS), Algorithm 1.
@@ -52,18 +54,16 @@ from .rejection import accept_and_resample
 from .sampling import SamplingParams, SeedStreams, probs, sample
 
 
-def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, sampling: SamplingParams,
-                streams: SeedStreams, attention) -> tuple[Tensor, Tensor | None]:
-    """Proposes draft_lens[b] tokens for each sequence b (0: none).
+def draft_calls(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, drafts: Tensor, attention):
+    """The draft's calls of one step: yields (i, rows, logits [R, V]) for i = 0..kmax-1, where rows are
+    the sequences still drafting at position i; the caller writes their token at ``drafts[rows, i]``
+    before asking for the next call, which feeds it.
 
-    Returns drafts long [B, kmax] (host) and q [B, kmax, V], the distributions they were sampled
-    from (zero past draft_lens[b]; None if nobody drafts). The first call feeds each drafting
-    sequence the history the draft has not seen, history[b, cache.lengths[b]:seq_lens[b]].
+    The first call feeds each drafting sequence the history the draft has not seen,
+    history[b, cache.lengths[b]:seq_lens[b]]; each later call one token, the previous draft.
     """
-    batch, kmax = len(draft_lens), int(draft_lens.max())
-    drafts, q = torch.zeros(batch, kmax, dtype=torch.long), None
     cols = torch.arange(history.shape[1])
-    for i in range(kmax):
+    for i in range(drafts.shape[1]):
         rows = (draft_lens > i).nonzero().flatten()  # sequences still drafting
         if i == 0:  # catch up: the unseen history of each drafting sequence, packed
             unseen = (cols >= cache.lengths[:, None]) & (cols < seq_lens[:, None]) & (draft_lens > 0)[:, None]
@@ -73,6 +73,19 @@ def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Ten
         logits = draft.forward(tokens, q_lens, cache, attention=attention)  # (N, V)
         if len(logits) != len(rows):  # else every drafting sequence was fed one token: logits are its rows already
             logits = last_logits(logits, q_lens[rows].to(logits.device))  # (R, V): non-drafting rows fed nothing
+        yield i, rows, logits
+
+
+def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, sampling: SamplingParams,
+                streams: SeedStreams, attention) -> tuple[Tensor, Tensor | None]:
+    """Proposes draft_lens[b] tokens for each sequence b (0: none).
+
+    Returns drafts long [B, kmax] (host) and q [B, kmax, V], the distributions they were sampled
+    from (zero past draft_lens[b]; None if nobody drafts).
+    """
+    batch, kmax = len(draft_lens), int(draft_lens.max())
+    drafts, q = torch.zeros(batch, kmax, dtype=torch.long), None
+    for i, rows, logits in draft_calls(draft, cache, history, seq_lens, draft_lens, drafts, attention):
         x, q_i = sample(logits, sampling, streams, rows)  # (R,), (R, V)
         if q is None:
             q = q_i.new_zeros(batch, kmax, q_i.shape[-1])  # (B, kmax, V)
@@ -80,12 +93,12 @@ def draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Ten
     return drafts, q
 
 
-def verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tensor, draft_lens: Tensor,
-                 active: Tensor, sampling: SamplingParams, attention) -> Tensor:
+def verify_logits(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tensor, draft_lens: Tensor,
+                  active: Tensor, attention) -> tuple[Tensor, Tensor]:
     """One target forward over [last token, x_1..x_k] per active sequence.
 
-    Returns p [B, kmax + 1, V]: row b holds p_1..p_{k_b + 1} at positions 0..k_b (later positions
-    repeat p_{k_b + 1} and are never read; idle rows are never read either).
+    Returns the packed logits [N, V] and rows long [B, kmax + 1]: the packed row of each sequence's
+    positions 0..k_b (later positions repeat row k_b; idle sequences point at row 0 and are never read).
     """
     last = history.gather(1, (seq_lens - 1)[:, None])  # (B, 1) last emitted token
     fed = torch.cat([last, drafts], 1)  # (B, kmax + 1)
@@ -94,7 +107,15 @@ def verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tenso
     logits = target.forward(fed[offsets < q_lens[:, None]], q_lens, cache, attention=attention)  # (N, V) packed
     starts = q_lens.cumsum(0) - q_lens  # (B,) where each row starts in the packed logits
     rows = (starts[:, None] + torch.minimum(offsets, q_lens[:, None] - 1)).clamp(min=0)  # (B, kmax + 1)
-    return probs(logits, sampling)[rows.to(logits.device)]  # (B, kmax + 1, V)
+    return logits, rows.to(logits.device)
+
+
+def verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tensor, draft_lens: Tensor,
+                 active: Tensor, sampling: SamplingParams, attention) -> Tensor:
+    """Returns p [B, kmax + 1, V]: row b holds p_1..p_{k_b + 1} at positions 0..k_b (later positions
+    repeat p_{k_b + 1} and are never read; idle rows are never read either)."""
+    logits, rows = verify_logits(target, cache, history, seq_lens, drafts, draft_lens, active, attention)
+    return probs(logits, sampling)[rows]  # (B, kmax + 1, V)
 
 
 def accept_phase(drafts: Tensor, q: Tensor | None, p: Tensor, draft_lens: Tensor, active: Tensor,
@@ -122,6 +143,38 @@ def rollback_phase(target_cache, draft_cache, seq_lens: Tensor) -> None:
     draft_cache.truncate(torch.minimum(draft_cache.lengths, seq_lens - 1))
 
 
+# Greedy decoding: p and q are one-hot, so the rejection rule needs only tokens. u * q(x) < p(x) holds
+# exactly when the draft token x is the target's argmax, and both the residual max(0, p - q) at the first
+# mismatch and p_{k+1} after a full acceptance are one-hot at the target's argmax: keep the drafts that
+# agree with the target up to the first that does not, then take the target's token. The same tokens as
+# the phases above (tested), without building and comparing [B, k, V] one-hot tensors on every step.
+
+def greedy_draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor,
+                       sampling: SamplingParams, streams: SeedStreams, attention) -> tuple[Tensor, None]:
+    """``draft_phase`` for greedy decoding: drafts long [B, kmax] (the draft's argmax tokens), and no q."""
+    drafts = torch.zeros(len(draft_lens), int(draft_lens.max()), dtype=torch.long)
+    for i, rows, logits in draft_calls(draft, cache, history, seq_lens, draft_lens, drafts, attention):
+        drafts[rows, i] = logits.max(-1).indices.cpu()  # the first index of the maximum, as in ``sample``
+    return drafts, None
+
+
+def greedy_verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tensor, draft_lens: Tensor,
+                        active: Tensor, sampling: SamplingParams, attention) -> Tensor:
+    """``verify_phase`` for greedy decoding: the target's tokens long [B, kmax + 1] (host), laid out as p."""
+    logits, rows = verify_logits(target, cache, history, seq_lens, drafts, draft_lens, active, attention)
+    return logits.max(-1).indices[rows].cpu()  # (B, kmax + 1)
+
+
+def greedy_accept_phase(drafts: Tensor, q: None, p: Tensor, draft_lens: Tensor, active: Tensor,
+                        streams: SeedStreams) -> tuple[Tensor, Tensor]:
+    """``accept_phase`` for greedy decoding, p the target's tokens [B, kmax + 1]: the drafts that agree with
+    them, up to the first that does not (never past draft_lens[b]), then the target's next token."""
+    kmax = drafts.shape[1]
+    agree = (drafts == p[:, :kmax]) & (torch.arange(kmax) < draft_lens[:, None])  # (B, kmax)
+    n = agree.long().cumprod(1).sum(1)  # (B,) length of the agreeing prefix
+    return n, p.gather(1, n[:, None]).squeeze(1)
+
+
 @dataclass(frozen=True)
 class Phases:
     """The phases of a step, swappable as a whole for tests (``dataclasses.replace(Phases(), ...)``)."""
@@ -130,6 +183,9 @@ class Phases:
     verify: Callable = verify_phase
     accept: Callable = accept_phase
     rollback: Callable = rollback_phase
+
+
+GREEDY_PHASES = Phases(draft=greedy_draft_phase, verify=greedy_verify_phase, accept=greedy_accept_phase)
 
 
 @dataclass
@@ -216,7 +272,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
 def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens: int, *,
                          sampling: SamplingParams = SamplingParams(), draft_length=4, seed=None,
                          attention: str | None = None, eos_token_id: int | None = None,
-                         phases: Phases = Phases(), step: Callable = step) -> GenerationResult:
+                         phases: Phases | None = None, step: Callable = step) -> GenerationResult:
     """Batched speculative sampling: tokens distributed exactly as ``generate(target, ...)``.
 
     draft_length: an int (fixed), "dynamic" (BASS Algorithm 1, one length for the batch),
@@ -226,7 +282,9 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
     differently, so equal seeds do not give equal samples across the two functions.
     attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
-    phases: the step's phases (tests swap one for a planted bug); leave the default.
+    phases: the step's phases (tests swap one for a planted bug); leave the default, None:
+    ``GREEDY_PHASES`` for greedy decoding (tokens compared, no one-hot distributions built; the same
+    output), ``Phases()`` otherwise.
     step: the function that runs one step from the phases (the course has the learner assemble
     one); leave the default.
     """
@@ -235,6 +293,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
     policy = make_policy(draft_length)
+    phases = phases or (GREEDY_PHASES if sampling.greedy else Phases())
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
     stats = GenerationStats(speculative=True)

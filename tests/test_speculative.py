@@ -59,6 +59,42 @@ def test_greedy_equals_generate(models, attention, draft_name):
             assert rate == 0.0
 
 
+@pytest.mark.parametrize("draft_name", ["self", "other", "adversarial"])
+def test_greedy_phases_are_the_rejection_rule_on_one_hot_distributions(models, draft_name):
+    """Greedy decoding runs GREEDY_PHASES (tokens compared) by default; the general phases (one-hot p and q
+    through the rejection step) must give the same tokens and accept the same drafts at every step, with
+    ragged per-sequence lengths, EOS inside a draft and the budget cap."""
+    target, draft = models["target"], models[draft_name]
+    eos = minibass.generate(target, PROMPTS, 12, sampling=GREEDY).tokens[0][3]
+    for draft_length in (1, 4, "per-sequence", "dynamic"):
+        for eos_token_id in (None, eos):
+            runs = [minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=draft_length,
+                                                  eos_token_id=eos_token_id, phases=phases)
+                    for phases in (None, Phases(), speculative.GREEDY_PHASES)]
+            fast, general, explicit = runs
+            assert fast.tokens == general.tokens == explicit.tokens, (draft_length, eos_token_id)
+            assert fast.stats.accepted == general.stats.accepted, (draft_length, eos_token_id)
+            assert fast.stats.draft_lengths == general.stats.draft_lengths
+
+
+def test_greedy_accept_phase_matches_accept_phase_on_random_one_hot_steps():
+    """The two accept phases on the same step: random drafts and target tokens (agreeing often), ragged
+    draft lengths, idle rows; one-hot q and p for the general phase."""
+    gen = torch.Generator().manual_seed(0)
+    vocab, streams = 5, minibass.sampling.SeedStreams(0, 6)
+    for _ in range(200):
+        batch, kmax = 6, int(torch.randint(0, 5, (), generator=gen))
+        active = torch.rand(batch, generator=gen) < 0.8
+        draft_lens = torch.where(active, torch.randint(0, kmax + 1, (batch,), generator=gen), 0)
+        target_tokens = torch.randint(0, 2, (batch, kmax + 1), generator=gen)  # two tokens: frequent agreement
+        drafts = torch.where(torch.arange(kmax) < draft_lens[:, None], torch.randint(0, 2, (batch, kmax), generator=gen), 0)
+        q = torch.nn.functional.one_hot(drafts, vocab).double() * (torch.arange(kmax) < draft_lens[:, None])[..., None]
+        p = torch.nn.functional.one_hot(target_tokens, vocab).double()
+        n, y = speculative.accept_phase(drafts, q if kmax else None, p, draft_lens, active, streams)
+        n_fast, y_fast = speculative.greedy_accept_phase(drafts, None, target_tokens, draft_lens, active, streams)
+        assert torch.equal(n[active], n_fast[active]) and torch.equal(y[active], y_fast[active])
+
+
 def test_greedy_with_eos_hit_mid_draft(models):
     target = models["target"]
     ref = minibass.generate(target, PROMPTS, 12, sampling=GREEDY, attention="naive").tokens

@@ -166,9 +166,32 @@ def test_demo_end_to_end():
                      "--attention", "split", "--draft-lengths", "2", "auto")
     assert result.returncode == 0, result.stderr
     for text in ("4 held-out prompts", "in 2 batches of 2",  # 3 prompts asked: whole batches, so 4
-                 "speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "temperature 0.8",
+                 "speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "the loop's own work",
+                 "that run's speed-up", "temperature 0.8",
                  "greedy check", "for all 4 prompts", "OK"):
-        assert text in result.stdout, text
+        assert text in " ".join(result.stdout.split()), text  # the reading is wrapped: compare with one space
+
+
+def test_forward_clock_times_both_models_and_restores_their_forward():
+    """The demo splits a run's wall time into the two models' forward calls and the rest (the host work)."""
+    import time
+
+    from minibass.__main__ import ForwardClock
+
+    target, draft, tokenizer = zoo.load_demo_pair()
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(2)]
+    greedy = minibass.SamplingParams(temperature=0)
+    with ForwardClock(target=target, draft=draft) as clock:
+        started = time.perf_counter()
+        result = minibass.speculative_generate(target, draft, prompts, 8, draft_length=3, sampling=greedy)
+        wall = time.perf_counter() - started
+    assert clock.seconds["target"] > 0 and clock.seconds["draft"] > 0
+    assert sum(clock.seconds.values()) < wall
+    assert "forward" not in vars(target) and "forward" not in vars(draft)  # the class's method again
+    with ForwardClock(target=target) as clock:
+        minibass.generate(draft, prompts, 4, sampling=greedy)  # the draft is not watched
+    assert clock.seconds == {"target": 0.0}
+    assert result.tokens == minibass.generate(target, prompts, 8, sampling=greedy).tokens
 
 
 def test_generate_cli_json():

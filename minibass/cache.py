@@ -48,9 +48,10 @@ def checked_truncation(lengths, current: Tensor) -> Tensor:
     lengths = torch.as_tensor(lengths).long().to(current.device)
     if lengths.shape != current.shape:
         raise ValueError(f"truncate: lengths must have shape {tuple(current.shape)}, got {tuple(lengths.shape)}")
-    if (lengths < 0).any() or (lengths > current).any():
-        raise ValueError(f"truncate: lengths must be in [0, current] per sequence, "
-                         f"got {lengths.tolist()} with current {current.tolist()}")
+    # A few host integers: checked as Python lists, cheaper than tensor ops.
+    new, old = lengths.tolist(), current.tolist()
+    if any(not 0 <= n <= c for n, c in zip(new, old)):
+        raise ValueError(f"truncate: lengths must be in [0, current] per sequence, got {new} with current {old}")
     return lengths.clone()
 
 

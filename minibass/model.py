@@ -269,9 +269,9 @@ class Decoder(nn.Module):
         if sum(host_q) != tokens.shape[0] or min(host_q, default=0) < 0:
             raise ValueError(f"q_lens {host_q} must be >= 0 and sum to len(tokens) = {tokens.shape[0]}")
         if tokens.numel():
-            low, high = torch.aminmax(tokens)
+            low, high = map(int, torch.aminmax(tokens))
             if low < 0 or high >= self.vocab_size:
-                raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(low)} max {int(high)}")
+                raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {low} max {high}")
         kv_lens = cache.lengths + q_lens
         longest = max(kv_lens.tolist(), default=0)
         if longest > cache.capacity:

@@ -54,7 +54,7 @@ class AttentionMetadata:
         host_q_lens, host_kv_lens, host_q_starts   list[int] [B]
         max_q_len, max_kv_len                       int
     Tables a backend may need, built on first use and then shared by every layer:
-        causal_mask                                 bool [B, Tq, Tk]
+        causal_mask, hidden (its complement)        bool [B, Tq, Tk]
         stale_slots                                 (long [S], long [S])
     """
 
@@ -94,6 +94,16 @@ class AttentionMetadata:
         keys = torch.arange(self.max_kv_len, device=self.kv_lens.device)  # (Tk,)
         q_pos = (self.kv_lens - self.q_lens)[:, None] + torch.arange(self.max_q_len, device=keys.device)  # (B, Tq)
         return (keys[None, None, :] <= q_pos[:, :, None]) & (keys < self.kv_lens[:, None])[:, None, :]
+
+    @cached_property
+    def hidden(self) -> Tensor:
+        """bool [B, Tq, Tk]: ``~causal_mask``, the keys each query must not see (built once per step)."""
+        return ~self.causal_mask
+
+    @property
+    def has_stale_slots(self) -> bool:
+        """Whether any sequence is shorter than ``max_kv_len`` (from the host lengths: no tensor work)."""
+        return min(self.host_kv_lens, default=self.max_kv_len) < self.max_kv_len
 
     @cached_property
     def stale_slots(self) -> tuple[Tensor, Tensor]:

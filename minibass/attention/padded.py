@@ -58,16 +58,17 @@ def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
 
     k = k_cache[:, :, :tk].to(acc_dtype)  # (B, Hk, Tk, D), a view when no upcast is needed
     scores = torch.matmul(q_pad, k.transpose(-1, -2)).mul_(scale)  # (B, Hk, Tq*G, Tk), in place from here on
-    stale_seq, stale_slot = meta.stale_slots  # cache slots below Tk beyond their sequence's kv_lens
-    if not (uniform and tq == 1 and len(stale_seq) == 0):  # else: one query per sequence sees all Tk keys
+    stale = meta.has_stale_slots  # cache slots below Tk beyond their sequence's kv_lens (a host fact)
+    if not (uniform and tq == 1 and not stale):  # else: one query per sequence sees all Tk keys
         # The step's mask [B, Tq, Tk] covers the G rows of each query through a view of the scores.
-        scores.view(batch, n_kv_heads, tq, group, tk).masked_fill_(~meta.causal_mask[:, None, :, None], float("-inf"))
+        scores.view(batch, n_kv_heads, tq, group, tk).masked_fill_(meta.hidden[:, None, :, None], float("-inf"))
     # Padding rows (past q_lens[b]) may see no key at all and come out NaN; they are never gathered.
     weights = torch.softmax(scores, dim=-1)
     # Stale cache slots may hold NaN/inf: the weight 0 of a masked key times NaN is still NaN. They
     # hold garbage by contract, so they are overwritten with zeros in place: no copy of V.
-    if len(stale_seq):  # a shape, known on the host
+    if stale:
         # The zero is a tensor on V's device: a Python 0 would be copied from the host, a GPU sync.
+        stale_seq, stale_slot = meta.stale_slots  # (S,), (S,)
         v_cache[stale_seq, :, stale_slot] = v_cache.new_zeros(())
     v = v_cache[:, :, :tk]  # (B, Hk, Tk, D), a view
     out = torch.matmul(weights, v.to(acc_dtype)).view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)

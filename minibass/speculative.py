@@ -64,12 +64,13 @@ def draft_calls(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Ten
     """
     cols = torch.arange(history.shape[1])
     for i in range(drafts.shape[1]):
-        rows = (draft_lens > i).nonzero().flatten()  # sequences still drafting
+        drafting = draft_lens > i  # (B,) sequences still drafting
+        rows = drafting.nonzero().flatten()
         if i == 0:  # catch up: the unseen history of each drafting sequence, packed
-            unseen = (cols >= cache.lengths[:, None]) & (cols < seq_lens[:, None]) & (draft_lens > 0)[:, None]
+            unseen = (cols >= cache.lengths[:, None]) & (cols < seq_lens[:, None]) & drafting[:, None]
             tokens, q_lens = history[unseen], unseen.sum(1)
         else:
-            tokens, q_lens = drafts[rows, i - 1], (draft_lens > i).long()
+            tokens, q_lens = drafts[rows, i - 1], drafting.long()
         logits = draft.forward(tokens, q_lens, cache, attention=attention)  # (N, V)
         if len(logits) != len(rows):  # else every drafting sequence was fed one token: logits are its rows already
             logits = last_logits(logits, q_lens[rows].to(logits.device))  # (R, V): non-drafting rows fed nothing
@@ -311,8 +312,11 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         if len(asked) != len(active) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in asked):
             raise ValueError(f"draft length policy must return one int >= 1 per active sequence, got {asked!r}")
         # Never draft past the budget: at most (max_new_tokens - emitted - 1) drafts, + 1 token from the target.
-        draft_lens = torch.zeros(batch, dtype=torch.long)
-        draft_lens[active] = torch.minimum(torch.tensor(asked), max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)[active])
+        budget = (max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)).tolist()
+        lengths = [0] * batch  # idle sequences draft nothing
+        for b, k in zip(active, asked):
+            lengths[b] = min(k, budget[b])
+        draft_lens = torch.tensor(lengths)
         n = step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer)
         s.active &= (s.seq_lens - s.prompt_lens) < max_new_tokens
         _record(stats, policy, active, draft_lens, n, timer.last["draft"], time.perf_counter() - step_started)

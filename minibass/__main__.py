@@ -14,7 +14,6 @@ import json
 import statistics
 import sys
 import textwrap
-import time
 
 import torch
 
@@ -67,38 +66,6 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-class ForwardClock:
-    """Adds up the wall time of each model's forward calls while active, in ``seconds[name]``, by
-    wrapping the instances' ``forward``: the demo's account of where a step's time went (the rest
-    of a run is the loop's own work on the host: sampling, the rejection step, roll-back, bookkeeping).
-
-        with ForwardClock(target=target, draft=draft) as clock:
-            result = minibass.speculative_generate(target, draft, ...)
-        clock.seconds  # {"target": ..., "draft": ...}
-    """
-
-    def __init__(self, **models):
-        self.models, self.seconds = models, dict.fromkeys(models, 0.0)
-
-    def _timed(self, name: str, forward):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return forward(*args, **kwargs)
-            finally:
-                self.seconds[name] += time.perf_counter() - start
-        return timed
-
-    def __enter__(self) -> "ForwardClock":
-        for name, model in self.models.items():
-            model.forward = self._timed(name, model.forward)  # an instance attribute, ahead of the class's method
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for model in self.models.values():
-            del model.forward  # the class's method again
-
-
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     """One paragraph: where a step's time went in the run with the fastest fixed k (why it pays or not),
     and at what batch size it would stop paying on this device."""
@@ -112,7 +79,8 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     steps = fixed["steps"]
     verify, drafts, host = (fixed["target_ms"] / steps / r, fixed["draft_ms"] / steps / r, fixed["host_ms"] / steps / r)
     step_cost = verify + drafts + host
-    pace = fixed["longest"] * fixed["batches"] / steps  # tokens per step of the batch's slowest sequence
+    # The regular run takes one step per token of its longest sequence: steps per batch x batches.
+    pace = fixed["paired_regular_steps"] / steps  # tokens per step of the batch's slowest sequence
     alpha = alpha_from_accepted(fixed["mean_accepted"], k)
     lines = [f"Reading: with k = {k}, a step cost on average (the median run, prefill included, in regular steps "
              f"of {r:.2f} ms, the regular run of the same round) one verify {verify:.2f} + "
@@ -171,12 +139,12 @@ def demo(args) -> int:
 
     import minibass
     from minibass import zoo
-    from minibass.bench.common import call_costs
+    from minibass.bench.common import ForwardClock, call_costs
 
     if args.repeats < 1 or args.batch_size < 1:
         raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
-    if args.prompts < 1:
-        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        raise ValueError(f"--prompts and --max-new-tokens must be >= 1, got {args.prompts} and {args.max_new_tokens}")
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
@@ -247,6 +215,7 @@ def demo(args) -> int:
             "host_ms": 1e3 * (s.wall_time - sum(forward_seconds[name][medians[name]].values())),
             "draft_calls": s.draft_calls,
             "paired_regular_ms": _ms_per_step(runs["regular"][medians[name]]),
+            "paired_regular_steps": runs["regular"][medians[name]].stats.steps,
         })
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
                         ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))

@@ -153,6 +153,8 @@ def rollback_phase(target_cache, draft_cache, seq_lens: Tensor) -> None:
 def greedy_draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor,
                        sampling: SamplingParams, streams: SeedStreams, attention) -> tuple[Tensor, None]:
     """``draft_phase`` for greedy decoding: drafts long [B, kmax] (the draft's argmax tokens), and no q."""
+    if not sampling.greedy:
+        raise ValueError(f"the greedy phases compare argmax tokens: they need temperature 0, got {sampling}")
     drafts = torch.zeros(len(draft_lens), int(draft_lens.max()), dtype=torch.long)
     for i, rows, logits in draft_calls(draft, cache, history, seq_lens, draft_lens, drafts, attention):
         drafts[rows, i] = logits.max(-1).indices.cpu()  # the first index of the maximum, as in ``sample``
@@ -294,7 +296,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
     policy = make_policy(draft_length)
-    phases = phases or (GREEDY_PHASES if sampling.greedy else Phases())
+    if phases is None:
+        phases = GREEDY_PHASES if sampling.greedy else Phases()
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
     stats = GenerationStats(speculative=True)

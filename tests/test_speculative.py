@@ -68,13 +68,30 @@ def test_greedy_phases_are_the_rejection_rule_on_one_hot_distributions(models, d
     eos = minibass.generate(target, PROMPTS, 12, sampling=GREEDY).tokens[0][3]
     for draft_length in (1, 4, "per-sequence", "dynamic"):
         for eos_token_id in (None, eos):
-            runs = [minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=draft_length,
-                                                  eos_token_id=eos_token_id, phases=phases)
+            runs = [minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY,
+                                                  draft_length=draft_length, eos_token_id=eos_token_id, phases=phases)
                     for phases in (None, Phases(), speculative.GREEDY_PHASES)]
             fast, general, explicit = runs
             assert fast.tokens == general.tokens == explicit.tokens, (draft_length, eos_token_id)
             assert fast.stats.accepted == general.stats.accepted, (draft_length, eos_token_id)
             assert fast.stats.draft_lengths == general.stats.draft_lengths
+
+
+def test_the_default_phases_are_the_greedy_ones_only_for_greedy_decoding(models):
+    target, draft = models["target"], models["other"]
+    seen = []
+
+    def recording_step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
+        seen.append(phases)
+        return speculative.step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer)
+
+    for sampling, expected in ((GREEDY, speculative.GREEDY_PHASES), (SamplingParams(temperature=0.8), Phases())):
+        seen.clear()
+        minibass.speculative_generate(target, draft, PROMPTS, 6, sampling=sampling, seed=0, step=recording_step)
+        assert seen and all(phases == expected for phases in seen)
+    with pytest.raises(ValueError, match="temperature 0"):  # argmax tokens are not samples from p
+        minibass.speculative_generate(target, draft, PROMPTS, 6, sampling=SamplingParams(temperature=0.8), seed=0,
+                                      phases=speculative.GREEDY_PHASES)
 
 
 def test_greedy_accept_phase_matches_accept_phase_on_random_one_hot_steps():
@@ -87,8 +104,9 @@ def test_greedy_accept_phase_matches_accept_phase_on_random_one_hot_steps():
         active = torch.rand(batch, generator=gen) < 0.8
         draft_lens = torch.where(active, torch.randint(0, kmax + 1, (batch,), generator=gen), 0)
         target_tokens = torch.randint(0, 2, (batch, kmax + 1), generator=gen)  # two tokens: frequent agreement
-        drafts = torch.where(torch.arange(kmax) < draft_lens[:, None], torch.randint(0, 2, (batch, kmax), generator=gen), 0)
-        q = torch.nn.functional.one_hot(drafts, vocab).double() * (torch.arange(kmax) < draft_lens[:, None])[..., None]
+        drafted = torch.arange(kmax) < draft_lens[:, None]  # (B, kmax)
+        drafts = torch.where(drafted, torch.randint(0, 2, (batch, kmax), generator=gen), 0)
+        q = torch.nn.functional.one_hot(drafts, vocab).double() * drafted[..., None]
         p = torch.nn.functional.one_hot(target_tokens, vocab).double()
         n, y = speculative.accept_phase(drafts, q if kmax else None, p, draft_lens, active, streams)
         n_fast, y_fast = speculative.greedy_accept_phase(drafts, None, target_tokens, draft_lens, active, streams)

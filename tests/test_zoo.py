@@ -176,7 +176,7 @@ def test_forward_clock_times_both_models_and_restores_their_forward():
     """The demo splits a run's wall time into the two models' forward calls and the rest (the host work)."""
     import time
 
-    from minibass.__main__ import ForwardClock
+    from minibass.bench.common import ForwardClock
 
     target, draft, tokenizer = zoo.load_demo_pair()
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(2)]
@@ -192,6 +192,8 @@ def test_forward_clock_times_both_models_and_restores_their_forward():
         minibass.generate(draft, prompts, 4, sampling=greedy)  # the draft is not watched
     assert clock.seconds == {"target": 0.0}
     assert result.tokens == minibass.generate(target, prompts, 8, sampling=greedy).tokens
+    with pytest.raises(ValueError, match="each model once"):
+        ForwardClock(target=target, draft=target)
 
 
 def test_generate_cli_json():

@@ -100,7 +100,7 @@ class AttentionMetadata:
         """bool [B, Tq, Tk]: ``~causal_mask``, the keys each query must not see (built once per step)."""
         return ~self.causal_mask
 
-    @property
+    @cached_property
     def has_stale_slots(self) -> bool:
         """Whether any sequence is shorter than ``max_kv_len`` (from the host lengths: no tensor work)."""
         return min(self.host_kv_lens, default=self.max_kv_len) < self.max_kv_len

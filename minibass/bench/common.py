@@ -141,3 +141,44 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+class ForwardClock:
+    """Adds up the wall time of each model's forward calls while active, in ``seconds[name]``, by
+    wrapping the instances' ``forward``: ``make demo``'s account of where a step's time went (the rest
+    of a run is the loop's own work on the host: sampling, the rejection step, roll-back, bookkeeping).
+    Where CUDA is in use it waits for the GPU at both ends of a call, so that the GPU's work is
+    counted in the call that launched it.
+
+        with ForwardClock(target=target, draft=draft) as clock:
+            result = minibass.speculative_generate(target, draft, ...)
+        clock.seconds  # {"target": ..., "draft": ...}
+    """
+
+    def __init__(self, **models):
+        if len({id(m) for m in models.values()}) != len(models):
+            raise ValueError("ForwardClock: give each model once (one model under two names would be counted twice)")
+        self.models, self.seconds = models, dict.fromkeys(models, 0.0)
+
+    def _timed(self, name: str, forward):
+        def timed(*args, **kwargs):
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                if cuda:
+                    torch.cuda.synchronize()
+                self.seconds[name] += time.perf_counter() - start
+        return timed
+
+    def __enter__(self) -> "ForwardClock":
+        for name, model in self.models.items():
+            model.forward = self._timed(name, model.forward)  # an instance attribute, ahead of the class's method
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for model in self.models.values():
+            del model.forward  # the class's method again

@@ -82,8 +82,8 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     # The regular run takes one step per token of its longest sequence: steps per batch x batches.
     pace = fixed["paired_regular_steps"] / steps  # tokens per step of the batch's slowest sequence
     alpha = alpha_from_accepted(fixed["mean_accepted"], k)
-    lines = [f"Reading: with k = {k}, a step cost on average (the median run, prefill included, in regular steps "
-             f"of {r:.2f} ms, the regular run of the same round) one verify {verify:.2f} + "
+    lines = [f"Reading: with k = {k}, a step cost on average (in the round with the median speed-up, prefill "
+             f"included, in regular steps of {r:.2f} ms, the regular run of that round) one verify {verify:.2f} + "
              f"{fixed['draft_calls'] / steps:.1f} draft calls {drafts:.2f} + the loop's own work outside the forward "
              f"calls (sampling, the rejection step, roll-back, bookkeeping) {host:.2f} = {step_cost:.2f}."]
     if batch > 1:
@@ -92,9 +92,11 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
                      f"{pace:.2f} tokens per step for that one,")
     else:
         lines.append(f"Each sequence emitted {pace:.2f} tokens per step (per-token acceptance {alpha:.2f}),")
-    lines.append(f"so {pace:.2f} / {step_cost:.2f} = {pace / step_cost:.2f}x, that run's speed-up "
-                 f"({fixed['speedup']:.2f}x the median of the rounds' ratios); without the host work it would be "
-                 f"{pace:.2f} / {verify + drafts:.2f} = {pace / (verify + drafts):.2f}x.")
+    # pace / step_cost is that round's ratio of wall times, which is the median ratio for an odd --repeats.
+    shown = ("the speed-up in the table" if abs(pace / step_cost - fixed["speedup"]) < 5e-3 else
+             f"that round's speed-up (the table shows {fixed['speedup']:.2f}x, the mean of the two middle rounds)")
+    lines.append(f"so {pace:.2f} / {step_cost:.2f} = {pace / step_cost:.2f}x, {shown}; without the host work it "
+                 f"would be {pace:.2f} / {verify + drafts:.2f} = {pace / (verify + drafts):.2f}x.")
 
     def predicted(c):
         return speedup_from_costs(c["regular"], c["verify"], c["draft"], k=k, alpha=alpha)
@@ -168,11 +170,15 @@ def demo(args) -> int:
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)
-    jobs = [("regular", None)] + [("speculative", p) for p in policies]
-    # Every job once per repeat, in turn, so that a slow spell of the machine hits them all alike.
+    # Every job once per repeat, in turn, so that a slow spell of the machine hits them all alike: the regular
+    # run first, then the speculative ones, their order rotated by one each round, so that none is always
+    # the furthest from the regular run it is compared with.
+    jobs = []
+    for r in range(args.repeats):
+        turn = policies[r % len(policies):] + policies[:r % len(policies)]
+        jobs += [("regular", None)] + [("speculative", p) for p in turn]
     runs, forward_seconds = {}, {}
-    for _, (kind, policy) in tqdm([(r, job) for r in range(args.repeats) for job in jobs], desc="decoding",
-                                  leave=False):
+    for kind, policy in tqdm(jobs, desc="decoding", leave=False):
         # Each model's forward calls timed apart: the rest of the run is the loop's own work on the host.
         with forward_clock(target, device=args.device) as target_clock, \
                 forward_clock(draft, device=args.device) as draft_clock:
@@ -187,14 +193,16 @@ def demo(args) -> int:
         runs.setdefault(name, []).append(result)
         seconds = {"target": target_clock["seconds"], "draft": draft_clock["seconds"]}
         forward_seconds.setdefault(name, []).append(seconds)
-    # The median run of each method by tokens/s, and the round it came from.
-    medians = {name: sorted(range(len(rs)), key=lambda i: rs[i].stats.tokens_per_second)[len(rs) // 2]
-               for name, rs in runs.items()}
-    results = {name: runs[name][i] for name, i in medians.items()}
     # Speed-up: the median over repeats of each run against the regular run of the same repeat, so
     # that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
-    speedups = {name: statistics.median(r.stats.tokens_per_second / b.stats.tokens_per_second
-                                        for r, b in zip(rs, runs["regular"])) for name, rs in runs.items()}
+    ratios = {name: [r.stats.tokens_per_second / b.stats.tokens_per_second for r, b in zip(rs, runs["regular"])]
+              for name, rs in runs.items()}
+    speedups = {name: statistics.median(rs) for name, rs in ratios.items()}
+    # The round each row describes (and the reading accounts for): the one with the median ratio, so that
+    # its step's costs add up to the speed-up shown; for regular decoding, its median run by tokens/s.
+    medians = {name: sorted(range(len(rs)), key=lambda i: ratios[name][i] if name != "regular" else
+                            rs[i].stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
+    results = {name: runs[name][i] for name, i in medians.items()}
     fixed = [p for p in policies if isinstance(p, int)]  # the reading explains the fastest fixed length
     k = max(fixed, key=lambda p: speedups[str(p)]) if fixed else 4
     rows = []
@@ -206,12 +214,13 @@ def demo(args) -> int:
             "policy": name, "mean_accepted": s.mean_accepted,
             "speedup": speedup,
             "method": "regular generate" if name == "regular" else f"speculative, k = {name}",
-            "tok_s": f"{s.tokens_per_second:.1f}", "x": f"{speedup:.2f}x",
+            "tok_s": f"{statistics.median(r.stats.tokens_per_second for r in runs[name]):.1f}",
+            "x": f"{speedup:.2f}x",
             "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
             "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
             "calls": s.target_calls, "steps": s.steps,
             "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",
-            # Where the median run's time went, for the reading: forward calls of each model, the rest on the host.
+            # Where that round's time went, for the reading: forward calls of each model, the rest on the host.
             "target_ms": 1e3 * forward_seconds[name][medians[name]]["target"],
             "draft_ms": 1e3 * forward_seconds[name][medians[name]]["draft"],
             "host_ms": 1e3 * (s.wall_time - sum(forward_seconds[name][medians[name]].values())),

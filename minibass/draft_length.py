@@ -6,7 +6,11 @@ asked near a sequence's budget (never past ``max_new_tokens``); ``proposed`` say
 Any object with these two methods can be passed as ``draft_length``. A policy that also has
 ``observe_costs(k, draft_seconds, verify_seconds)`` hears, after each step, how long that step's
 draft calls (k of them) took, and the rest of the step (the verify call, acceptance, roll-back and
-the loop's own bookkeeping: everything a step costs but the draft calls).
+the loop's own bookkeeping: everything a step costs but the draft calls). A policy that has
+``start(batch_size)`` hears it when a call of ``speculative_generate`` begins: its sequences are
+new ones. So one policy object can serve call after call: what describes the text is forgotten
+(Algorithm 1's lengths start again at 7, the cost-aware policy forgets each sequence's acceptance)
+and what describes the machine is kept (the cost-aware policy's timings).
 
 Every policy decides from the past only, so the output distribution does not depend on it.
 """
@@ -61,6 +65,12 @@ class BassDynamicDraftLength:
     l_limit: int = 32
     s: int = 0
 
+    def __post_init__(self):
+        self.initial = (self.l_draft, self.s)
+
+    def start(self, batch_size: int) -> None:
+        self.l_draft, self.s = self.initial  # a new batch starts again at l_draft = 7, as in the paper
+
     def lengths(self, active):
         return [self.l_draft] * len(active)
 
@@ -86,6 +96,9 @@ class PerSequenceDynamicDraftLength:
     """
 
     states: dict[int, BassDynamicDraftLength] = field(default_factory=dict)
+
+    def start(self, batch_size: int) -> None:
+        self.states.clear()  # new sequences: each starts again at l_draft = 7
 
     def lengths(self, active):
         return [self.states.setdefault(b, BassDynamicDraftLength()).lengths([b])[0] for b in active]
@@ -130,21 +143,26 @@ class CostAwareDraftLength:
     sequences, because a batch keeps stepping until its slowest sequence is done, and every step
     costs the whole batch.
 
-    The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``): the
-    fastest time seen per draft call, and a least-squares line through the rest of a step (verify,
-    acceptance, roll-back, the loop's bookkeeping) at each k, for the batch size at hand (see
-    ``measured_costs`` for a batch that has shrunk), each k priced by the fastest of its ``recent``
+    The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``), for
+    the batch size at hand (see ``measured_costs`` for a batch that has shrunk): the fastest time
+    seen per draft call, and a least-squares line through the rest of a step (verify, acceptance,
+    roll-back, the loop's bookkeeping) at each k, each k priced by the fastest of its ``recent``
     (3) latest steps. A slow spell of the machine only
     ever adds time, so the fastest is the step's own cost; the latest few, the same number for
     every k, so that the k tried most often does not look cheaper only because its minimum is
     taken over more samples (the fastest of 20 noisy timings is lower than the fastest of 2).
-    Until two draft lengths have been timed twice each it tries k = 1, 3, 1, 3 (cheap steps, far
-    enough apart to draw a line).
+    Until two draft lengths have been timed twice each at this batch size (or a larger one) it
+    tries k = 1, 3, 1, 3 (cheap steps, far enough apart to draw a line).
 
     Where it differs from BASS's Algorithm 1 (``"dynamic"``): Algorithm 1 follows the *best*
     sequence of the batch and ignores what a step costs; this policy follows the *slowest* and
     weighs the measured price of a longer draft, so it stops growing k when the verify call and
     the extra draft calls cost more than the extra tokens they are expected to bring.
+
+    One object can serve many calls (``draft_length=policy``): ``start`` forgets the sequences of
+    the previous call and keeps the timings, so only its first call tries k = 1, 3, 1, 3 (a run
+    of short calls, e.g. one prompt at a time, would otherwise spend the first steps of each on
+    those trials).
 
     With measured costs the chosen lengths depend on timings, so under sampling two runs with the
     same seed can differ token by token (each is still exact in distribution); pass ``costs`` for
@@ -158,9 +176,9 @@ class CostAwareDraftLength:
     recent: int = 3
     successes: dict[int, float] = field(default_factory=dict)
     failures: dict[int, float] = field(default_factory=dict)
-    draft_times: list[float] = field(default_factory=list)  # seconds per draft call, one entry per step
+    draft_times: dict[int, list[float]] = field(default_factory=dict)  # batch -> seconds per draft call, per step
     verify_times: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (batch, k) -> seconds
-    batch: int = 0  # how many sequences took part in the latest step
+    batch: int = 0  # how many sequences were active in the latest step
 
     def __post_init__(self):
         if isinstance(self.k_max, bool) or not isinstance(self.k_max, int) or self.k_max < 1:
@@ -180,7 +198,8 @@ class CostAwareDraftLength:
         return [(s_b + self.pull * batch) / (s_b + f_b + self.pull) for s_b, f_b in zip(s, f)]
 
     def measured_costs(self, batch: int | None = None) -> DraftCosts | None:
-        """Costs from the timings seen, at ``batch`` sequences; None until two lengths are timed twice.
+        """Costs from the timings seen, at ``batch`` sequences; None until two lengths are timed twice
+        at this batch size or a larger one.
 
         The batch shrinks as sequences finish. A smaller batch is priced from its own timings once two
         lengths have been timed ``recent`` times there, and until then from the nearest larger batch
@@ -193,13 +212,15 @@ class CostAwareDraftLength:
             return sum(len(t) >= times for t in by_batch[n].values())
 
         usable = [n for n in by_batch if lengths_timed(n, 2) >= 2]
-        if not usable or not self.draft_times:
+        if not usable:
             return None
         larger = [m for m in usable if batch is None or m > batch]
         if batch in usable and (lengths_timed(batch, self.recent) >= 2 or not larger):
             n = batch
-        else:
-            n = min(larger, default=max(usable))
+        elif larger:
+            n = min(larger)
+        else:  # larger than any batch timed (a policy serving a new call): time this one first
+            return None
         # The fastest of the latest few: a slow spell of the machine only ever adds time, so the
         # minimum is the step's own cost; over as many samples for every k (see the class). Lengths
         # timed once are left out: one timing cannot drop a slow spell.
@@ -210,22 +231,28 @@ class CostAwareDraftLength:
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
         slope = max(slope, 0.0)  # a verify of more tokens never costs less
         base = max(mean_y - slope * mean_x, 0.0)
-        return DraftCosts(min(self.draft_times), base, slope)
+        return DraftCosts(min(self.draft_times[n]), base, slope)
 
     def choose(self, active: list[int]) -> int:
         costs = self.costs or self.measured_costs(len(active))
-        if costs is None:  # not enough timings yet: try k = 1, 3, 1, 3
+        if costs is None:  # not enough timings at this batch size yet: try k = 1, 3, 1, 3
             short, long = 1, min(3, self.k_max)
-            timed = {k: sum(len(t) for (_, j), t in self.verify_times.items() if j == k) for k in (short, long)}
+            timed = {k: len(self.verify_times.get((len(active), k), ())) for k in (short, long)}
             return long if timed[short] > timed[long] else short
         slowest = min(self.alphas(active))
         return max(range(1, self.k_max + 1), key=lambda k: expected_tokens(slowest, k) / costs.step(k))
 
+    def start(self, batch_size: int) -> None:
+        """A new call: its sequences are new, so their acceptance is forgotten; the timings are kept."""
+        self.successes.clear()
+        self.failures.clear()
+        self.batch = 0
+
     def lengths(self, active):
+        self.batch = len(active)  # the step about to run: its verify call feeds every active sequence
         return [self.choose(active)] * len(active)
 
     def update(self, active, proposed, accepted):
-        self.batch = len(active)
         for b, k, n in zip(active, proposed, accepted):
             if k > 0:
                 self.successes[b] = self.memory * self.successes.get(b, 0) + n
@@ -234,7 +261,7 @@ class CostAwareDraftLength:
     def observe_costs(self, k: int, draft_seconds: float, verify_seconds: float) -> None:
         """``draft_seconds``: the step's k draft calls; ``verify_seconds``: the rest of the step."""
         if k > 0:  # (a step where nobody drafts, at the budget's end, is a plain target step: not timed)
-            self.draft_times.append(draft_seconds / k)
+            self.draft_times.setdefault(self.batch, []).append(draft_seconds / k)
             self.verify_times.setdefault((self.batch, k), []).append(verify_seconds)
 
 

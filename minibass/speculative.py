@@ -281,7 +281,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     draft_length: an int (fixed), "dynamic" (BASS Algorithm 1, one length for the batch),
     "per-sequence" (Algorithm 1 per sequence), "auto" (cost-aware: the k that maximises expected
     tokens per second from the acceptance and call costs seen so far) or a policy object (see
-    ``minibass.draft_length``).
+    ``minibass.draft_length``; one object can serve several calls, e.g. a ``CostAwareDraftLength``
+    that keeps its timings from call to call).
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
     differently, so equal seeds do not give equal samples across the two functions.
     attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
@@ -296,6 +297,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
     policy = make_policy(draft_length)
+    if hasattr(policy, "start"):  # a policy object may serve several calls: its sequences are new ones
+        policy.start(len(prompts))
     if phases is None:
         phases = GREEDY_PHASES if sampling.greedy else Phases()
     batch = len(prompts)

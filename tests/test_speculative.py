@@ -9,7 +9,8 @@ import torch
 
 import minibass
 from minibass import SamplingParams, TableLM, exact, speculative
-from minibass.draft_length import BassDynamicDraftLength, CostAwareDraftLength, DraftCosts, FixedDraftLength
+from minibass.draft_length import (BassDynamicDraftLength, CostAwareDraftLength, DraftCosts, FixedDraftLength,
+                                   PerSequenceDynamicDraftLength)
 from minibass.generate import IDLE
 from minibass.speculative import Phases
 from minibass.model import Decoder, ModelConfig
@@ -377,19 +378,52 @@ def test_cost_aware_policy_prices_each_batch_size_apart():
     policy = CostAwareDraftLength()
     for batch, scale in ((8, 2.0), (2, 1.0)):
         for k in (1, 3, 1, 3):
-            policy.update(list(range(batch)), [k] * batch, [0] * batch)
+            policy.lengths(list(range(batch)))  # a step of this batch size
             policy.observe_costs(k, 0.1 * k * scale, scale * (0.95 + 0.05 * (k + 1)))
     assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
     assert policy.measured_costs(2).verify_base == pytest.approx(1.9)  # timed twice per length: still batch 8's
     for k in (1, 3):  # a third time each (``recent``): now batch 2 is priced from its own timings
         policy.observe_costs(k, 0.1 * k, 0.95 + 0.05 * (k + 1))
     assert policy.measured_costs(2).verify_base == pytest.approx(0.95)
+    assert policy.measured_costs(2).draft_call == pytest.approx(0.1)  # draft calls priced per batch size too
+    assert policy.measured_costs(8).draft_call == pytest.approx(0.2)
     assert policy.measured_costs(4).verify_base == pytest.approx(1.9)  # not timed at 4: batch 8's, the dearer
-    policy.update(list(range(8)), [2] * 8, [0] * 8)
+    assert policy.measured_costs(16) is None  # larger than any batch timed: unknown, to be timed
+    assert [policy.lengths(list(range(16)))[0] for _ in range(2)] == [1, 1]  # its trials, counted at batch 16
+    policy.observe_costs(1, 0.4, 4.0)
+    assert policy.lengths(list(range(16)))[0] == 3
+    policy.lengths(list(range(8)))
     policy.observe_costs(2, 0.2, 99.0)  # k = 2 timed once, in a slow spell: left out of the line
     assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
     policy.observe_costs(0, 0.0, 0.01)  # nobody drafted (the budget's end): a plain target step, not timed
     assert (2, 0) not in policy.verify_times
+
+
+def test_a_policy_object_serves_several_calls(models):
+    """``start`` at each call: the cost-aware policy forgets the previous call's sequences and keeps
+    its timings, so a second call starts from measured costs instead of trying k = 1, 3, 1, 3."""
+    target, draft = models["target"], models["other"]
+    seen = []  # before each step: the acceptance counts the policy holds, and whether it knows the costs
+
+    class Watching(CostAwareDraftLength):
+        def lengths(self, active):
+            seen.append((dict(self.successes), self.measured_costs(len(active)) is not None))
+            return super().lengths(active)
+
+    policy = Watching()
+    first = minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=policy)
+    assert first.stats.draft_lengths[:4] == [1, 3, 1, 3] and not seen[0][1]
+    assert policy.successes  # what the first call's sequences accepted
+    steps = len(seen)
+    second = minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=policy)
+    assert seen[steps] == ({}, True)  # sequences forgotten at the start, costs known from the first call
+    assert second.tokens == first.tokens  # greedy: the same tokens whatever the lengths
+    per_sequence = PerSequenceDynamicDraftLength()
+    minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=per_sequence)
+    per_sequence.states[0].l_draft = 30
+    again = minibass.speculative_generate(target, draft, PROMPTS, 1, sampling=GREEDY, draft_length=per_sequence)
+    assert again.stats.draft_lengths == [0]  # a one-token budget drafts nothing, so no update
+    assert per_sequence.states[0].l_draft == 7  # and sequence 0 starts again from Algorithm 1's 7
 
 
 def test_cost_aware_policy_follows_the_slowest_sequence():

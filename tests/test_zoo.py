@@ -162,12 +162,12 @@ def run_cli(*args):
 
 
 def test_demo_end_to_end():
-    result = run_cli("demo", "--batch-size", "2", "--prompts", "3", "--max-new-tokens", "6", "--repeats", "2",
+    result = run_cli("demo", "--batch-size", "2", "--prompts", "3", "--max-new-tokens", "6", "--repeats", "3",
                      "--attention", "split", "--draft-lengths", "2", "auto")
     assert result.returncode == 0, result.stderr
     for text in ("4 held-out prompts", "in 2 batches of 2",  # 3 prompts asked: whole batches, so 4
                  "speculative, k = 2", "speculative, k = auto", "one draft call", "Reading:", "the loop's own work",
-                 "that run's speed-up", "temperature 0.8",
+                 "the speed-up in the table", "temperature 0.8",
                  "greedy check", "for all 4 prompts", "OK"):
         assert text in " ".join(result.stdout.split()), text  # the reading is wrapped: compare with one space
 

@@ -103,6 +103,8 @@ def replay(policy, runs: list[list[int]], new_tokens: int, costs: CallCosts, k_m
     Returns seconds (the sum of the call costs), steps, the draft length of each step and what each
     sequence accepted at each step (-1: finished), as ``GenerationStats`` records them."""
     policy = make_policy(policy)
+    if hasattr(policy, "start"):
+        policy.start(len(runs))
     emitted = [0] * len(runs)
     seconds, lengths, accepted_rows = 0.0, [], []
     while True:

@@ -235,9 +235,10 @@ class CostAwareDraftLength:
 
     def choose(self, active: list[int]) -> int:
         costs = self.costs or self.measured_costs(len(active))
-        if costs is None:  # not enough timings at this batch size yet: try k = 1, 3, 1, 3
+        if costs is None:  # not enough timings at this batch size (or a larger one) yet: try k = 1, 3, 1, 3
             short, long = 1, min(3, self.k_max)
-            timed = {k: len(self.verify_times.get((len(active), k), ())) for k in (short, long)}
+            timed = {k: sum(len(t) for (n, j), t in self.verify_times.items() if j == k and n >= len(active))
+                     for k in (short, long)}
             return long if timed[short] > timed[long] else short
         slowest = min(self.alphas(active))
         return max(range(1, self.k_max + 1), key=lambda k: expected_tokens(slowest, k) / costs.step(k))

@@ -396,7 +396,13 @@ def test_cost_aware_policy_prices_each_batch_size_apart():
     policy.observe_costs(2, 0.2, 99.0)  # k = 2 timed once, in a slow spell: left out of the line
     assert policy.measured_costs(8).verify_base == pytest.approx(1.9)
     policy.observe_costs(0, 0.0, 0.01)  # nobody drafted (the budget's end): a plain target step, not timed
-    assert (2, 0) not in policy.verify_times
+    assert all(k > 0 for _, k in policy.verify_times)
+    shrinking = CostAwareDraftLength()  # a batch that loses a sequence during its trials: they go on in turn
+    ks = []
+    for batch in (8, 7, 7, 6):
+        ks.append(shrinking.lengths(list(range(batch)))[0])
+        shrinking.observe_costs(ks[-1], 0.1 * ks[-1], 1.0 + 0.05 * ks[-1])
+    assert ks == [1, 3, 1, 3]
 
 
 def test_a_policy_object_serves_several_calls(models):

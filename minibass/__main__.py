@@ -135,6 +135,22 @@ def _merged(results):
     return GenerationResult([t for r in results for t in r.tokens], stats)
 
 
+def _schedule(repeats: int, batches: int, policies: list) -> list[tuple]:
+    """The demo's runs in the order they are timed: (round, batch, policy), None for regular decoding.
+
+    Every method decodes each batch of prompts in turn, back to back: the regular run first, then the
+    speculative ones, in an order rotated by one for each batch and each round, so that none is always
+    the furthest from the regular run it is compared with. A slow spell of the machine (it lasts
+    seconds) then falls on every method alike, however many batches a round has.
+    """
+    order = []
+    for r in range(repeats):
+        for b in range(batches):
+            turn = (r + b) % len(policies)
+            order += [(r, b, p) for p in [None] + policies[turn:] + policies[:turn]]
+    return order
+
+
 def demo(args) -> int:
     """Regular batched decoding vs batched speculative decoding with fixed draft lengths, BASS dynamic and auto."""
     from tqdm import tqdm
@@ -170,29 +186,24 @@ def demo(args) -> int:
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)
-    # Every job once per repeat, in turn, so that a slow spell of the machine hits them all alike: the regular
-    # run first, then the speculative ones, their order rotated by one each round, so that none is always
-    # the furthest from the regular run it is compared with.
-    jobs = []
-    for r in range(args.repeats):
-        turn = policies[r % len(policies):] + policies[:r % len(policies)]
-        jobs += [("regular", None)] + [("speculative", p) for p in turn]
-    runs, forward_seconds = {}, {}
-    for kind, policy in tqdm(jobs, desc="decoding", leave=False):
+    parts = {}  # (method, round) -> [(result, forward seconds of each model)], one per batch of prompts
+    for r, group, policy in tqdm(_schedule(args.repeats, len(groups), policies), desc="decoding", leave=False):
+        name = "regular" if policy is None else str(policy)
         # Each model's forward calls timed apart: the rest of the run is the loop's own work on the host.
         with forward_clock(target, device=args.device) as target_clock, \
                 forward_clock(draft, device=args.device) as draft_clock:
-            if kind == "regular":
-                result = _merged([minibass.generate(target, g, args.max_new_tokens, sampling=greedy, **common)
-                                  for g in groups])
+            if policy is None:
+                result = minibass.generate(target, groups[group], args.max_new_tokens, sampling=greedy, **common)
             else:
-                result = _merged([minibass.speculative_generate(target, draft, g, args.max_new_tokens,
-                                                                sampling=greedy, draft_length=policy, **common)
-                                  for g in groups])
-        name = "regular" if kind == "regular" else str(policy)
-        runs.setdefault(name, []).append(result)
-        seconds = {"target": target_clock["seconds"], "draft": draft_clock["seconds"]}
-        forward_seconds.setdefault(name, []).append(seconds)
+                result = minibass.speculative_generate(target, draft, groups[group], args.max_new_tokens,
+                                                       sampling=greedy, draft_length=policy, **common)
+        parts.setdefault((name, r), []).append((result, {"target": target_clock["seconds"],
+                                                         "draft": draft_clock["seconds"]}))
+    # A method's run in a round: its batches merged, in order; its forward seconds summed.
+    names, rounds = ["regular"] + [str(p) for p in policies], range(args.repeats)
+    runs = {n: [_merged([result for result, _ in parts[n, r]]) for r in rounds] for n in names}
+    forward_seconds = {n: [{m: sum(s[m] for _, s in parts[n, r]) for m in ("target", "draft")} for r in rounds]
+                       for n in names}
     # Speed-up: the median over repeats of each run against the regular run of the same repeat, so
     # that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
     ratios = {name: [r.stats.tokens_per_second / b.stats.tokens_per_second for r, b in zip(rs, runs["regular"])]

@@ -114,16 +114,26 @@ def test_a_new_draft_is_distilled_from_a_kept_target(tmp_path):
 
 def test_a_draft_goes_on_distilling_half_on_text_the_target_wrote(tmp_path):
     """--draft-from starts from a trained draft; --on-policy N mixes N target-written continuations into
-    half of every batch; the card and metrics say so; --draft-from alone is refused."""
+    half of every batch; --draft-loss tv trains on the total-variation distance; the card and metrics say
+    so; --draft-from alone is refused."""
     from minibass.zoo import train
 
     train.main(["--out", str(tmp_path / "first"), "--fast"])
     first = tmp_path / "first"
     train.main(["--out", str(tmp_path / "second"), "--fast", "--target-from", str(first / "target"),
-                "--draft-from", str(first / "draft"), "--on-policy", "4", "--draft-steps", "2"])
+                "--draft-from", str(first / "draft"), "--on-policy", "4", "--draft-steps", "2", "--draft-loss", "tv"])
     card = (tmp_path / "second" / "draft" / "README.md").read_text()
     assert "4 continuations written by the target" in card and f"started from the draft in `{first / 'draft'}`" in card
-    assert "draft_on_policy_text" in json.loads((tmp_path / "second" / "metrics.json").read_text())["minutes"]
+    assert "total-variation distance" in card and "KL to its" in (first / "draft" / "README.md").read_text()
+    metrics = json.loads((tmp_path / "second" / "metrics.json").read_text())
+    assert "draft_on_policy_text" in metrics["minutes"] and metrics["draft_loss"] == "tv"
+    # The same run with the default loss ends elsewhere: the option reaches the gradient, not just the card.
+    from safetensors.torch import load_file
+
+    train.main(["--out", str(tmp_path / "kl"), "--fast", "--target-from", str(first / "target"),
+                "--draft-from", str(first / "draft"), "--on-policy", "4", "--draft-steps", "2"])
+    tv, kl = (load_file(tmp_path / d / "draft" / "model.safetensors") for d in ("second", "kl"))
+    assert any(not torch.equal(tv[k], kl[k]) for k in tv)
     with pytest.raises(SystemExit):
         train.main(["--out", str(tmp_path / "third"), "--fast", "--draft-from", str(first / "draft")])
 
@@ -170,6 +180,22 @@ def test_demo_end_to_end():
                  "the speed-up in the table", "temperature 0.8",
                  "greedy check", "for all 4 prompts", "OK"):
         assert text in " ".join(result.stdout.split()), text  # the reading is wrapped: compare with one space
+
+
+def test_demo_times_every_method_on_each_batch_back_to_back():
+    """The demo's order: per round and batch, regular decoding first, then every policy once, the
+    policies' order rotated by one from batch to batch and round to round."""
+    from minibass.__main__ import _schedule
+
+    order = _schedule(2, 3, [1, "auto"])
+    assert len(order) == 2 * 3 * 3
+    for r in range(2):
+        for b in range(3):
+            block = order[(r * 3 + b) * 3:(r * 3 + b + 1) * 3]
+            assert [(rr, bb) for rr, bb, _ in block] == [(r, b)] * 3  # one batch's runs together
+            assert block[0][2] is None and sorted(map(str, (p for _, _, p in block[1:]))) == ["1", "auto"]
+    firsts = [block_first for _, _, block_first in order[1::3]]  # the policy run right after each regular run
+    assert firsts == [1, "auto", 1, "auto", 1, "auto"]
 
 
 def test_forward_clock_times_each_model_apart_and_restores_their_forward():

@@ -26,6 +26,8 @@ length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` 
    training-text openings, half greedy, half sampled at temperature 1): the text the draft
    will have to predict when it drafts for the target (on-policy distillation, as in
    DistillSpec, Zhou et al. 2024). ``--draft-from`` starts from a trained draft.
+   ``--draft-loss tv`` minimises the total-variation distance instead, 1 - sum min(p, q): one minus
+   the chance that a temperature-1 draft token is accepted (DistillSpec compares both).
 5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
    corpus, steps, held-out loss / perplexity and measured acceptance rates.
 
@@ -323,6 +325,9 @@ def main(argv=None):
                         help="keep the trained target (and its tokenizer) in DIR and distil only a new draft from it")
     parser.add_argument("--draft-from", type=Path, default=None, metavar="DIR",
                         help="start the draft from the weights in DIR (with --target-from) instead of at random")
+    parser.add_argument("--draft-loss", choices=["kl", "tv"], default="kl",
+                        help="kl: KL(target || draft), the default; tv: the total-variation distance, which is "
+                             "1 - the chance that a draft token sampled at temperature 1 is accepted")
     parser.add_argument("--on-policy", type=int, default=0, metavar="N",
                         help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
@@ -387,6 +392,8 @@ def main(argv=None):
         with torch.no_grad():
             teacher = torch.log_softmax(target(x[:, :-1]).logits.float(), -1)
         student = torch.log_softmax(draft(x[:, :-1]).logits.float(), -1)
+        if args.draft_loss == "tv":  # TV(p, q) = 1 - sum min(p, q), one minus the temperature-1 acceptance chance
+            return 0.5 * (teacher.exp() - student.exp()).abs().sum(-1).mean()
         return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
                                           log_target=True, reduction="batchmean")  # KL(target || draft)
 
@@ -425,7 +432,9 @@ def main(argv=None):
     rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], 8 if args.fast else 48)
     summary = {
         "target": "The target of minibass's demo pair: a small code model trained from scratch.",
-        "draft": "The draft of minibass's demo pair, distilled from the target (KL to its distributions).",
+        "draft": "The draft of minibass's demo pair, distilled from the target (" +
+                 ("KL to its distributions" if args.draft_loss == "kl" else
+                  "total-variation distance to its distributions") + ").",
     }
     for name, model in (("target", target), ("draft", draft)):
         if name == "target" and kept is not None:  # a kept target keeps its card; only the pair's acceptance changes
@@ -457,7 +466,8 @@ def main(argv=None):
     minutes = {"target": target_minutes, "draft": draft_minutes}
     if args.on_policy:
         minutes["draft_on_policy_text"] = written["seconds"] / 60
-    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": minutes, **common}
+    metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": minutes, "draft_loss": args.draft_loss,
+               **common}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_demo_prompts(held_files or train_files[-1:], root, out / "prompts.json")  # (--fast: maybe no held-out file)
     shutil.rmtree(tmp)

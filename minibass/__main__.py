@@ -249,11 +249,20 @@ def demo(args) -> int:
           f"{c['verify']:.2f} ms = {c['verify'] / c['regular']:.2f} regular steps")
     print(textwrap.fill(_reading(rows, costs, batch, k), width=100))
 
-    sampled = minibass.speculative_generate(target, draft, prompts[:1], args.max_new_tokens, draft_length="auto",
+    # The timed runs above emit max_new_tokens each, so that every method does the same work. This one stops
+    # at end-of-text, and its prompt leaves out the final newline: the tokenizer writes a newline and the next
+    # line's indentation as one token, so in training a bare newline token came before an unindented line or
+    # the end of a file, and after one the target starts a new file (end-of-text) about one time in seven.
+    eos = tokenizer.eos_token_id
+    text = texts[0].rstrip("\n")
+    sampled = minibass.speculative_generate(target, draft, [tokenizer.encode(text, add_special_tokens=False)],
+                                            args.max_new_tokens, draft_length="auto", eos_token_id=eos,
                                             sampling=minibass.SamplingParams(temperature=0.8), **common)
-    print(f"\n--- a completion sampled at temperature 0.8 (speculative, auto), prompt then "
-          f"{args.max_new_tokens} new tokens ---")
-    print(texts[0] + tokenizer.decode(sampled.tokens[0]))
+    tokens = sampled.tokens[0]
+    ended = eos is not None and tokens[-1:] == [eos]
+    print(f"\n--- a completion sampled at temperature 0.8 (speculative, auto): the first prompt without its final "
+          f"newline, then {len(tokens)} new tokens{', the last one end-of-text' if ended else ''} ---")
+    print(text + tokenizer.decode(tokens[:-1] if ended else tokens) + ("\n[end of text]" if ended else ""))
     print("---")
     same = all(results[str(p)].tokens == results["regular"].tokens for p in policies)
     print(f"greedy check: speculative output {'==' if same else '!='} regular output for all {len(prompts)} prompts "

@@ -180,6 +180,7 @@ def test_demo_end_to_end():
                  "the speed-up in the table", "temperature 0.8",
                  "greedy check", "for all 4 prompts", "OK"):
         assert text in " ".join(result.stdout.split()), text  # the reading is wrapped: compare with one space
+    assert "<|endoftext|>" not in result.stdout  # the sampled completion stops at end-of-text
 
 
 def test_demo_times_every_method_on_each_batch_back_to_back():

@@ -251,8 +251,9 @@ def demo(args) -> int:
 
     # The timed runs above emit max_new_tokens each, so that every method does the same work. This one stops
     # at end-of-text, and its prompt leaves out the final newline: the tokenizer writes a newline and the next
-    # line's indentation as one token, so in training a bare newline token came before an unindented line or
-    # the end of a file, and after one the target starts a new file (end-of-text) about one time in seven.
+    # line's indentation as one token, so in training a bare newline token came only where the next line, after
+    # any blank lines, was unindented, or at the end of a file; after one the target starts a new file
+    # (end-of-text) about one time in seven.
     eos = tokenizer.eos_token_id
     text = texts[0].rstrip("\n")
     sampled = minibass.speculative_generate(target, draft, [tokenizer.encode(text, add_special_tokens=False)],

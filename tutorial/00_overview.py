@@ -44,7 +44,8 @@ spec = minibass.speculative_generate(target, draft, prompts, 32, sampling=greedy
 assert spec.tokens == regular.tokens  # greedy: the very same tokens, faster or not
 # One completion sampled at temperature 0.8 (it reads better than greedy), stopping at end-of-text. Its
 # prompt leaves out the final newline: the tokenizer writes a newline and the next line's indentation
-# as one token, so after a bare newline token the target expects a new file about one time in seven.
+# as one token, so a bare newline token ends a block, and after one the target expects a new file
+# (end-of-text) about one time in seven.
 first = tokenizer.encode(zoo.demo_prompts(1)[0].rstrip("\n"), add_special_tokens=False)
 sampled = minibass.speculative_generate(target, draft, [first], 40, seed=0, eos_token_id=tokenizer.eos_token_id,
                                         sampling=minibass.SamplingParams(temperature=0.8))

@@ -72,6 +72,31 @@ def test_learner_notebooks_have_stubs_instead_of_solutions(tmp_path):
         assert any(c.cell_type == "markdown" for c in notebook.cells)
 
 
+def test_rebuilding_keeps_a_learners_edits_and_refreshes_the_rest(tmp_path):
+    import nbformat
+
+    first = course_build.build(tmp_path)
+    ran, mine = first[0], first[3]
+    notebook = nbformat.read(ran, as_version=4)  # run, not edited: outputs only
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [nbformat.v4.new_output("stream", text="out")], 1
+    nbformat.write(notebook, ran)
+    notebook = nbformat.read(mine, as_version=4)  # an answer typed in
+    cell = next(c for c in notebook.cells if course_build.STUB in c.source)
+    cell.source = cell.source.replace(course_build.STUB, "return 42  # my answer")
+    nbformat.write(notebook, mine)
+    lines = []
+    course_build.build(tmp_path, report=lines.append)
+    assert "my answer" in mine.read_text(), "a rebuild lost the learner's answer"
+    assert "out" not in "".join(o.get("text", "") for c in nbformat.read(ran, as_version=4).cells
+                                for o in c.get("outputs", [])), "an unedited notebook was not rebuilt"
+    assert [line for line in lines if line.startswith("kept")] == [
+        f"kept {mine}: edited since it was built (--force rewrites it from {CHAPTERS[3].name})"]
+    course_build.build(tmp_path, force=True)
+    assert "my answer" not in mine.read_text()
+
+
 def test_stub_keeps_the_indentation_and_rejects_broken_markers():
     text = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
     assert course_build.stub(text) == f"def f(x):\n    {course_build.STUB}\n"

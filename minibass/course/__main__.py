@@ -1,6 +1,7 @@
-"""python -m minibass.course build [OUT] [--solutions] | execute [CHAPTER.py ...] [--out DIR]
+"""python -m minibass.course build [OUT] [--solutions] [--force] | execute [CHAPTER.py ...] [--out DIR]
 
-build: the learner notebooks (default tutorial/notebooks), exercise solutions replaced by stubs.
+build: the learner notebooks (default tutorial/notebooks), exercise solutions replaced by stubs;
+       a notebook you have edited is kept (--force rewrites it).
 execute: run chapters as scripts and keep their outputs and plots as notebooks (default docs/course).
 """
 
@@ -23,10 +24,11 @@ def main(argv=None) -> int:
     b = sub.add_parser("build", help="write the learner notebooks (exercise solutions replaced by stubs)")
     b.add_argument("out", nargs="?", default=str(ROOT / "tutorial" / "notebooks"))
     b.add_argument("--solutions", action="store_true", help="keep the reference solutions (for teachers)")
+    b.add_argument("--force", action="store_true",
+                   help="rewrite every notebook, also those you have edited (your answers in them are lost)")
     sub.add_parser("execute", help="run chapters as scripts, keep outputs and plots as notebooks (docs)")
     args = parser.parse_args(argv)
-    for path in build(args.out, solutions=args.solutions):
-        print(f"wrote {path}")
+    build(args.out, solutions=args.solutions, force=args.force, report=print)
     return 0
 
 

@@ -63,18 +63,49 @@ def exercise_cells(path: Path) -> list[str]:
     return [c for c in cells(Path(path).read_text()) if BEGIN in c]
 
 
-def build(out: Path, folder: Path = CHAPTERS, solutions: bool = False) -> list[Path]:
-    """Writes one .ipynb per chapter into ``out`` (stubs unless ``solutions``); returns their paths."""
+def _cells_digest(notebook) -> str:
+    """A digest of a notebook's cell sources: what a learner edits (outputs and metadata left out)."""
+    import hashlib
+
+    text = "\0".join(f"{cell.cell_type}\0{cell.source}" for cell in notebook.cells)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def edited(path: Path) -> bool:
+    """Whether the notebook at ``path`` was changed since ``build`` wrote it: its cells no longer match
+    the digest ``build`` stored in its metadata (running cells only adds outputs, which do not count)."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    return notebook.metadata.get("minibass", {}).get("cells_sha256") != _cells_digest(notebook)
+
+
+def build(out: Path, folder: Path = CHAPTERS, solutions: bool = False, force: bool = False,
+          report=None) -> list[Path]:
+    """Writes one .ipynb per chapter into ``out`` (stubs unless ``solutions``); returns their paths.
+
+    A notebook already in ``out`` that the learner has edited is kept as it is (their answers are in
+    it), unless ``force``; one that is unedited is rewritten from its chapter source. ``report``, if
+    given, is called with a line for each notebook (written or kept, and why).
+    """
     import jupytext
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for source in chapters(folder):
+        path = out / (source.stem + ".ipynb")
+        if path.exists() and not force and edited(path):
+            if report:
+                report(f"kept {path}: edited since it was built (--force rewrites it from {source.name})")
+            written.append(path)
+            continue
         text = source.read_text()
         notebook = jupytext.reads(text if solutions else stub(text), fmt="py:percent")
         notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        path = out / (source.stem + ".ipynb")
+        notebook.metadata["minibass"] = {"source": source.name, "cells_sha256": _cells_digest(notebook)}
         jupytext.write(notebook, path, fmt="ipynb")
+        if report:
+            report(f"wrote {path}")
         written.append(path)
     return written

@@ -57,6 +57,8 @@ def test_a_chapter_runs_in_a_real_jupyter_kernel(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs), "the chapter's plot is missing"
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "Passed:" in text and "Failed:" not in text
+    shown = text + "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert shown.count("Passed:") == 1, "the check's report is shown more than once"
 
 
 def test_learner_notebooks_have_stubs_instead_of_solutions(tmp_path):

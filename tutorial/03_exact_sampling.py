@@ -39,33 +39,36 @@ from minibass.rejection import rejection_sample
 p = torch.tensor([0.40, 0.30, 0.20, 0.10], dtype=torch.float64)  # the target at this position
 q = torch.tensor([0.10, 0.20, 0.30, 0.40], dtype=torch.float64)  # the draft at this position
 
+V = len(p)  # the vocabulary: any size, as long as p and q match
 overlap = torch.minimum(p, q)  # kept drafts, per token
 residual_mass = (p - q).clamp(min=0)  # what the residual must add back
-out = overlap + (1 - overlap.sum()) * residual_mass / residual_mass.sum()
+# the residual, normalised; when p == q nothing is ever rejected and there is no residual to draw from
+r = residual_mass / residual_mass.sum() if residual_mass.sum() > 0 else torch.zeros_like(p)
+out = overlap + (1 - overlap.sum()) * r
 print("min(p, q)      ", overlap.numpy().round(3), "  accepted with probability", round(float(overlap.sum()), 3))
 print("max(0, p - q)  ", residual_mass.numpy().round(3))
 print("output         ", out.numpy().round(3), "  equals p:", torch.allclose(out, p, atol=1e-15, rtol=0))
 
 # %% [markdown]
-# ## Sampled, 100,000 rows
+# ## Sampled, row by row
 #
 # Now the real batched implementation, `rejection_sample`, with one draft token per row (k = 1):
-# every row draws `x ~ q`, the function accepts or resamples. The histogram of the first emitted
+# every row draws `x ~ q`, the function accepts or resamples (the legend gives the number of rows). The histogram of the first emitted
 # token is compared with `p`.
 
 # %%
 rows = size(20_000, 100_000)
 g = torch.Generator().manual_seed(0)
-x = torch.multinomial(q.float().expand(rows, 4), 1, replacement=True, generator=g)  # (rows, 1) drafts
-num_accepted, next_tokens = rejection_sample(x, q.float().expand(rows, 1, 4), p.float().expand(rows, 2, 4), generator=g)
+x = torch.multinomial(q.float().expand(rows, V), 1, replacement=True, generator=g)  # (rows, 1) drafts
+num_accepted, next_tokens = rejection_sample(x, q.float().expand(rows, 1, V), p.float().expand(rows, 2, V), generator=g)
 first = torch.where(num_accepted > 0, x[:, 0], next_tokens)  # the first emitted token of each row
-freq = torch.bincount(first, minlength=4).double() / rows
+freq = torch.bincount(first, minlength=V).double() / rows
 fig, ax = plt.subplots(figsize=(6, 3.2))
 w = 0.2
 for i, (values, label) in enumerate([(q, "q (draft)"), (overlap, "min(p, q): kept"), (p, "p (target)"),
                                      (freq, f"emitted, {rows:,} rows")]):
-    ax.bar(np.arange(4) + (i - 1.5) * w, values.numpy(), w, label=label)
-ax.set_xticks(range(4), [f"token {t}" for t in range(4)])
+    ax.bar(np.arange(V) + (i - 1.5) * w, values.numpy(), w, label=label)
+ax.set_xticks(range(V), [f"token {t}" for t in range(V)])
 ax.set_ylabel("probability")
 ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
 fig.tight_layout()

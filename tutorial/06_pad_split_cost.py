@@ -106,7 +106,7 @@ plt.show()
 # What to see: which backend wins on this CPU for this batch (one batch, so expect noise). PAD
 # does the most FLOPs but in the fewest operations (two batched matmuls); naive pays Python loops
 # per sequence and head. The ranking changes with the batch's raggedness and the device
-# (`bench attention` in the README measures 36 cells).
+# (`bench attention`, on the Benchmarks page, `docs/benchmarks.md`, measures 36 cells).
 #
 # ## Exercise
 #

@@ -53,14 +53,30 @@ plt.show()
 # %%
 target, draft, tokenizer = zoo.load_demo_pair()
 prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(size(4, 8))]
-run = minibass.speculative_generate(target, draft, prompts, size(32, 64), draft_length="dynamic", seed=0,
+from minibass.draft_length import BassDynamicDraftLength
+
+
+class Traced(BassDynamicDraftLength):
+    """Algorithm 1 unchanged, writing down what it is told after each step."""
+
+    def update(self, active, proposed, accepted):
+        self.trace.append((self.l_draft, list(proposed), list(accepted)))
+        super().update(active, proposed, accepted)
+
+
+policy = Traced()
+policy.trace = []
+run = minibass.speculative_generate(target, draft, prompts, size(32, 64), draft_length=policy, seed=0,
                                     sampling=minibass.SamplingParams(temperature=1.0))
-best = [max(a for a in row if a >= 0) for row in run.stats.accepted]
-for i, (length, b) in enumerate(zip(run.stats.draft_lengths, best)):
-    print(f"step {i:2d}: draft length {length:2d}, best sequence accepted {b}" + ("  (all accepted: grow)" if b == length > 0 else ""))
+for i, (length, proposed, accepted) in enumerate(policy.trace):
+    best = max((a, a == k, k) for k, a in zip(proposed, accepted) if k > 0)  # as Algorithm 1 picks it
+    short = f" (of the {best[2]} it could draft)" if best[2] < length else ""
+    print(f"step {i:2d}: draft length {length:2d}, best sequence accepted {best[0]}{short}"
+          + ("  -> all accepted: grow" if best[1] else ""))
 
 # %% [markdown]
-# (The last steps are shortened by the token budget: no sequence drafts past `max_new_tokens`.)
+# (Near the end a sequence may draft fewer than the length: no sequence drafts past
+# `max_new_tokens`. Algorithm 1 then reads "all accepted" from what was drafted.)
 #
 # Algorithm 1 follows the *best* sequence of the batch and never looks at what a step costs.
 # minibass's `"auto"` policy does both (`CostAwareDraftLength`). It keeps a per-sequence estimate
@@ -106,10 +122,12 @@ plt.show()
 # proposed and accepted in the step just done). Step costs, in regular-step units, are given:
 # one verify of `k + 1` tokens costs `1.0 + 0.05 (k + 1)`, one draft call `0.08`. The check
 # proves the output exact (a G-test on a lookup-table pair) and requires the cost per token of
-# your policy within 10 % of the best fixed `k` (costs counted from the run, not timed). The
-# simplest answer, below, is the first version of `"auto"`: every step counts forever and the
-# objective sums the sequences' expected tokens; the version in `minibass/draft_length.py` adds
-# the forgetting, the pull towards the batch and the slowest sequence described above.
+# your policy within 10 % of the best fixed `k` (costs counted from the run, not timed). A hint:
+# a simple answer that passes is the first version of `"auto"`: count each sequence's accepted and
+# rejected drafts (a Beta posterior per sequence, every step counting forever) and pick the k that
+# maximises the sum of the sequences' expected tokens per unit of cost. The version in
+# `minibass/draft_length.py` adds the forgetting, the pull towards the batch and the slowest
+# sequence described above.
 
 # %%
 from minibass.draft_length import expected_tokens

@@ -59,11 +59,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: at batch 1 the prediction and the measurement are close (both are noisy: timings on a
-# laptop move by 10–30 % from run to run); at larger batches the measurement tends to fall below
-# it, for a reason the formula leaves out: a batch steps until its
-# *slowest* sequence is done, so its pace is the slowest sequence's tokens per step, not the mean.
-# On this CPU the draft/target cost ratio also rises with the batch, which lowers both curves.
+# What to see: at batch 1 the prediction and the measurement are usually close (both are noisy:
+# timings on a laptop move by 10–30 % from run to run, which is why each number above is a median
+# of three runs). At larger batches one effect the formula leaves out pulls the measurement below
+# it: a batch steps until its *slowest* sequence is done, so its pace is the slowest sequence's
+# tokens per step, not the mean. Compare the verify and draft columns across batches: where the
+# verify call costs more regular steps, both curves fall. How fast that happens depends on the
+# machine, which is why the costs are measured rather than assumed.
 #
 # ## GPU timings
 
@@ -142,12 +144,14 @@ print(f"with a 160M-shape draft and k = 4, the model reaches the paper's 2.15x a
 # %% [markdown]
 # ## Exercise
 #
-# Predict the tokens per second of speculative decoding at batch 1 from measured quantities:
-# `predict(regular, verify, draft, k, alpha, batch)` gets, from a calibration run, the seconds of a
+# Predict the tokens per second of speculative decoding from measured quantities: the tokens of
+# the whole batch (all `batch` sequences together) per second.
+# `predict(regular, verify, draft, k, alpha, batch)` gets, from calibration runs, the seconds of a
 # regular step, the seconds per speculative step spent outside the draft phase (the verify call of
 # `k + 1` tokens, the rejection step and the roll-back), the seconds per draft call, the draft
-# length and the acceptance. The check compares your prediction with a separate live run (median
-# of three); within 25 % passes.
+# length, the acceptance and the batch size. The check first tries your function on made-up inputs
+# at batch 1, 4 and 16 against the cost model, then compares it with live runs at batch 1 (the
+# medians of three rounds, calibration and live runs taking turns); within 25 % passes.
 
 # %%
 from minibass.draft_length import expected_tokens

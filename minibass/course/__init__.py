@@ -32,6 +32,7 @@ class Report:
     error: str | None = None
     cases: int = 0
     limit: int = 6
+    hint: str | None = None  # printed under the table of a failed check
 
     @property
     def passed(self) -> bool:
@@ -53,6 +54,8 @@ class Report:
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in shown]
         if len(self.rows) > self.limit:
             lines.append(f"  ... and {len(self.rows) - self.limit} more")
+        if self.hint:
+            lines.append(f"  {self.hint}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer, cycle):  # IPython shows the same table

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -24,12 +25,29 @@ from .sampling import SamplingParams, SeedStreams, sample
 
 
 class Cache(Protocol):
+    """A model's KV cache for a batch, as the decoders see it.
+
+    lengths: long [B], the tokens cached per sequence (ragged).
+    truncate(lengths): rolls sequences back to these lengths (each <= the current one); this is how
+    rejected draft tokens are forgotten.
+    """
+
     lengths: Tensor  # long [B]
 
     def truncate(self, lengths) -> None: ...
 
 
 class CausalLM(Protocol):
+    """What the decoders need of a model, and nothing else (no ``.device``, ``.dtype`` or ``.config``).
+
+    vocab_size: V. An optional attribute ``max_seq_len`` (int, or None/absent for unbounded) caps
+    prompt + new tokens. ``init_cache(batch_size, capacity)`` returns an empty ``Cache``.
+    ``forward(tokens, q_lens, cache, attention=None)``: tokens long [sum(q_lens)], packed, each
+    sequence's appended after its cached ones (q_lens long [B], 0 for an idle sequence); returns
+    float logits [sum(q_lens), V] and advances ``cache.lengths`` by ``q_lens``. minibass's
+    ``Decoder`` and the lookup-table ``TableLM`` both meet it.
+    """
+
     vocab_size: int
 
     def init_cache(self, batch_size: int, capacity: int) -> Cache: ...
@@ -42,7 +60,20 @@ IDLE = -1  # marks a sequence that did no work in a step, in ``GenerationStats.a
 
 @dataclass
 class GenerationStats:
-    """What happened during one call of ``generate`` or ``speculative_generate``."""
+    """What happened during one call of ``generate`` or ``speculative_generate``.
+
+    steps: rounds that emitted tokens (for plain decoding one token per active sequence each).
+    target_calls, draft_calls: forward calls of each model, prefill (and the draft's catch-up) included.
+    draft_lengths: the draft length used at each step (the most any sequence drafted).
+    accepted: [step][sequence], the draft tokens each sequence accepted, ``IDLE`` (-1) where a
+    sequence did no work (finished, or its budget was spent).
+    proposed_tokens, accepted_tokens: draft tokens proposed and accepted, over active sequences,
+    counted before cutting at ``max_new_tokens`` or EOS; sequence_steps: (sequence, step) pairs
+    with the sequence active. new_tokens: tokens returned, all sequences together.
+    wall_time: seconds; time_split: seconds per phase of a speculative step ("draft", "verify",
+    "accept", "rollback"). acceptance_rate, mean_accepted, tokens_per_target_call and
+    tokens_per_second are derived from these.
+    """
 
     steps: int = 0  # rounds that emitted tokens (one token per sequence each, for plain decoding)
     target_calls: int = 0  # forward calls of the target (prefill included)
@@ -83,6 +114,9 @@ class GenerationStats:
 
 @dataclass
 class GenerationResult:
+    """tokens: the new tokens of each prompt, in prompt order (``max_new_tokens`` of them, or fewer
+    ending with the EOS token when one was hit); stats: a ``GenerationStats``."""
+
     tokens: list[list[int]]  # new tokens per prompt (EOS included when hit)
     stats: GenerationStats
 
@@ -98,8 +132,11 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
     for b, prompt in enumerate(prompts):
         if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
             raise ValueError(f"prompts[{b}] must be a non-empty list of token ids, got {prompt!r:.60}")
+        wrong = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, (int, np.integer))), None)
+        if wrong is not None:
+            raise ValueError(f"prompts[{b}] must hold int token ids, got {type(wrong).__name__} {wrong!r:.40}")
         for model in models:
-            if any(not isinstance(t, int) or not 0 <= t < model.vocab_size for t in prompt):
+            if any(not 0 <= t < model.vocab_size for t in prompt):
                 raise ValueError(f"prompts[{b}] has token ids outside [0, {model.vocab_size})")
             limit = getattr(model, "max_seq_len", None)
             if limit is not None and len(prompt) + max_new_tokens > limit:
@@ -107,14 +144,27 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
                                  f"exceeds the model's max_seq_len ({limit})")
 
 
+def check_eos(eos_token_id, vocab_size: int) -> tuple[int, ...] | None:
+    """``eos_token_id`` as a tuple of ids (None stays None): one int, or several (a list, as in some
+    Hugging Face generation configs), each in [0, vocab_size)."""
+    if eos_token_id is None:
+        return None
+    ids = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else eos_token_id
+    if (isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple, set, frozenset)) or not ids
+            or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab_size
+                   for t in ids)):
+        raise ValueError(f"eos_token_id must be None, a token id or a list of token ids in [0, {vocab_size}), "
+                         f"got {eos_token_id!r:.60}")
+    return tuple(sorted(int(t) for t in ids))
+
+
 def last_logits(logits: Tensor, q_lens: Tensor) -> Tensor:
     """The logits of each sequence's last new token: [N, V] packed -> [B, V]; every q_lens[b] must be > 0."""
     return logits[torch.cumsum(q_lens, 0) - 1]
 
 
-def finished_after(new_tokens: list[int], max_new_tokens: int, eos_token_id: int | None) -> bool:
-    return len(new_tokens) >= max_new_tokens or (eos_token_id is not None and bool(new_tokens)
-                                                and new_tokens[-1] == eos_token_id)
+def finished_after(new_tokens: list[int], max_new_tokens: int, eos: tuple[int, ...] | None) -> bool:
+    return len(new_tokens) >= max_new_tokens or (eos is not None and bool(new_tokens) and new_tokens[-1] in eos)
 
 
 @torch.no_grad()
@@ -124,11 +174,14 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     """Batched autoregressive sampling from ``model``: exactly ``max_new_tokens`` new tokens per prompt,
     or fewer when a sequence emits ``eos_token_id`` (kept).
 
+    prompts: one list of int token ids per sequence, any lengths >= 1 (ragged, no padding).
     seed: None, an int (sequence b uses stream ``stream_seed(seed, b)``) or one int per prompt
     (then a prompt's output does not depend on the rest of the batch). See ``SeedStreams``.
+    eos_token_id: None, one token id, or a list of them (any of them ends a sequence).
     attention: a key of ``minibass.BACKENDS``, or None for the model's default for its device.
     """
     check_request([model], prompts, max_new_tokens, sampling)
+    eos = check_eos(eos_token_id, model.vocab_size)
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
     out: list[list[int]] = [[] for _ in range(batch)]
@@ -151,7 +204,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
         stats.steps += 1
         for b, t in zip(active, new):
             out[b].append(t)
-        active = [b for b in active if not finished_after(out[b], max_new_tokens, eos_token_id)]
+        active = [b for b in active if not finished_after(out[b], max_new_tokens, eos)]
         if not active:
             break
         # Decode step: one token for each active sequence, idle (q_len 0) for the finished ones.

@@ -126,11 +126,22 @@ def _weight_files(folder: Path) -> list[Path]:
     raise FileNotFoundError(f"no *.safetensors weights found in {folder}")
 
 
-def load_model(path, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Decoder:
+def _dtype(dtype) -> torch.dtype:
+    """A floating torch dtype from a dtype or its name ("bfloat16", "torch.float16"); default float32."""
+    if dtype is None:
+        return torch.float32
+    named = getattr(torch, dtype.removeprefix("torch."), None) if isinstance(dtype, str) else dtype
+    if not isinstance(named, torch.dtype) or not named.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch dtype or its name (e.g. torch.bfloat16 or "
+                         f"'bfloat16'), got {dtype!r}")
+    return named
+
+
+def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.device | str | None = None) -> Decoder:
     """Loads a local Llama / Mistral / Qwen2 checkpoint folder into minibass's decoder.
 
     path: folder with ``config.json`` and ``model.safetensors`` (or a sharded index).
-    dtype: parameter dtype, default float32. device: default CPU.
+    dtype: parameter dtype (a torch dtype or its name, e.g. "bfloat16"), default float32. device: default CPU.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -138,9 +149,17 @@ def load_model(path, *, dtype: torch.dtype | None = None, device: torch.device |
     config_path = folder / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"{folder} has no config.json; expected a Hugging Face checkpoint folder")
-    config = config_from_hf(json.loads(config_path.read_text()))
+    try:
+        raw = json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{config_path} is not valid JSON: {e}") from None
+    try:
+        config = config_from_hf(raw)
+    except KeyError as e:
+        raise ValueError(f"{config_path} lacks the field {e.args[0]!r}, which a {raw.get('model_type')} "
+                         "decoder needs") from None
     files = _weight_files(folder)
-    dtype = dtype or torch.float32
+    dtype = _dtype(dtype)
     device = torch.device(device or "cpu")
 
     with torch.device("meta"):
@@ -161,6 +180,13 @@ def load_model(path, *, dtype: torch.dtype | None = None, device: torch.device |
                          f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
     weights = {name: torch.cat([state[part] for part in checkpoint_names(name)]).to(dtype) for name in ours}
+    shapes = model.state_dict()
+    wrong = [(name, tuple(w.shape), tuple(shapes[name].shape)) for name, w in weights.items()
+             if w.shape != shapes[name].shape]
+    if wrong:
+        name, got, want = wrong[0]
+        raise ValueError(f"checkpoint {folder}: {name} has shape {got}, but config.json implies {want} "
+                         f"({len(wrong)} weight{'s' if len(wrong) > 1 else ''} disagree with the config)")
     model.load_state_dict(weights, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -175,4 +201,11 @@ def load_tokenizer(path):
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"tokenizer folder not found: {folder}")
+    if not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{folder} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
+                                "save one there with tokenizer.save_pretrained(folder)")
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+# The files a Hugging Face tokenizer is built from (fast tokenizers, SentencePiece, BPE vocabularies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")

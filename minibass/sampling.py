@@ -69,7 +69,9 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     if params.greedy:  # one-hot at the argmax (max(-1) is the argmax with the same first-index ties, faster on CPUs)
         return torch.zeros_like(logits).scatter_(-1, logits.max(-1).indices[..., None], 1.0)
 
-    p = torch.softmax(logits / params.temperature, dim=-1)  # [..., V]
+    # The max is taken out before dividing: the same softmax, and a tiny temperature gives -inf
+    # (probability 0) off the argmax instead of inf - inf = NaN.
+    p = torch.softmax((logits - logits.amax(-1, keepdim=True)) / params.temperature, dim=-1)  # [..., V]
     if 0 < params.top_k < p.shape[-1]:
         kth = torch.topk(p, params.top_k, dim=-1).values[..., -1:]  # [..., 1], the k-th largest
         p = torch.where(p >= kth, p, torch.zeros_like(p))  # ties with the k-th are kept
@@ -130,16 +132,20 @@ class SeedStreams:
     """
 
     def __init__(self, seed: int | Sequence[int] | None, batch_size: int):
+        def valid(s) -> bool:  # a non-negative int below 2**63 (what torch.Generator.manual_seed takes)
+            return isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < 2 ** 63
+
         if seed is None:
             seeds = [int(s) for s in np.random.SeedSequence().generate_state(batch_size, np.uint64) >> 1]
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        elif valid(seed):
             seeds = [stream_seed(int(seed), b) for b in range(batch_size)]
-        elif isinstance(seed, Sequence) and all(isinstance(s, (int, np.integer)) for s in seed):
+        elif isinstance(seed, Sequence) and not isinstance(seed, str) and all(valid(s) for s in seed):
             if len(seed) != batch_size:
                 raise ValueError(f"seed: got {len(seed)} per-prompt seeds for {batch_size} prompts")
             seeds = [int(s) for s in seed]
         else:
-            raise ValueError(f"seed must be None, an int, or a list of ints (one per prompt), got {seed!r}")
+            raise ValueError("seed must be None, an int in [0, 2**63), or a list of such ints (one per prompt), "
+                             f"got {seed!r:.80}")
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
 
     def uniform(self, rows: Sequence[int] | Tensor, n: int = 1) -> Tensor:

@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from .draft_length import make_policy
-from .generate import IDLE, GenerationResult, GenerationStats, check_request, last_logits
+from .generate import IDLE, GenerationResult, GenerationStats, check_eos, check_request, last_logits
 from .rejection import accept_and_resample
 from .sampling import SamplingParams, SeedStreams, probs, sample
 
@@ -203,13 +203,14 @@ class LoopState:
     draft_cache: object
 
 
-def emit(s: LoopState, drafts: Tensor, n: Tensor, y: Tensor, eos_token_id: int | None) -> None:
-    """Appends x_1..x_n, y to each active sequence's history; a sequence that emits EOS keeps it and stops."""
+def emit(s: LoopState, drafts: Tensor, n: Tensor, y: Tensor, eos_token_id) -> None:
+    """Appends x_1..x_n, y to each active sequence's history; a sequence that emits EOS (``eos_token_id``:
+    None, one id or several) keeps it and stops."""
     new = torch.cat([drafts, torch.zeros_like(n)[:, None]], 1).scatter(1, n[:, None], y[:, None])  # (B, kmax + 1)
     offset = torch.arange(new.shape[1])
     kept = (offset <= n[:, None]) & s.active[:, None]  # (B, kmax + 1)
     if eos_token_id is not None:
-        eos = (new == eos_token_id) & kept
+        eos = torch.isin(new, torch.as_tensor(eos_token_id, device=new.device)) & kept
         kept &= offset <= torch.where(eos.any(1), eos.long().argmax(1), new.shape[1])[:, None]  # through the first EOS
         s.active &= ~eos.any(1)
     rows, cols = kept.nonzero(as_tuple=True)
@@ -284,7 +285,13 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     ``minibass.draft_length``; one object can serve several calls, e.g. a ``CostAwareDraftLength``
     that keeps its timings from call to call).
     seed: as for ``generate`` (one stream per sequence), though the streams are consumed
-    differently, so equal seeds do not give equal samples across the two functions.
+    differently, so equal seeds do not give equal samples across the two functions. The numbers a
+    sequence draws depend on its draft lengths: a per-prompt seed makes a prompt's output independent
+    of the rest of the batch with a fixed length or "per-sequence", not with "dynamic" or "auto",
+    whose lengths follow the whole batch. "auto" with measured costs picks lengths from timings, so
+    under sampling two runs with the same seed give equally distributed, not always equal, tokens;
+    ``CostAwareDraftLength(costs=DraftCosts(...))`` repeats exactly. Greedy decoding is unaffected.
+    eos_token_id: None, one token id, or a list of them (any of them ends a sequence).
     attention: a key of ``minibass.BACKENDS``, or None for each model's default for its device.
     phases: the step's phases (tests swap one for a planted bug); leave the default, None:
     ``GREEDY_PHASES`` for greedy decoding (tokens compared, no one-hot distributions built; the same
@@ -296,6 +303,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     if target.vocab_size != draft.vocab_size:
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
+    eos_token_id = check_eos(eos_token_id, target.vocab_size)
     policy = make_policy(draft_length)
     if hasattr(policy, "start"):  # a policy object may serve several calls: its sequences are new ones
         policy.start(len(prompts))

@@ -33,6 +33,14 @@ def model():
     (([[1]], 3), dict(attention="flash"), "attention must be one of"),
     (([[1]], 3), dict(seed=[1, 2]), "2 per-prompt seeds for 1 prompts"),
     (([[1]], 3), dict(sampling=0.5), "sampling must be a SamplingParams"),
+    (([[1, True]], 3), {}, "prompts\\[0\\] must hold int token ids, got bool"),
+    (([[1, 2.0]], 3), {}, "prompts\\[0\\] must hold int token ids, got float"),
+    (([[1]], 3), dict(seed=-5), "seed must be None, an int in \\[0, 2\\*\\*63\\)"),
+    (([[1]], 3), dict(seed=[2 ** 64]), "seed must be"),
+    (([[1]], 3), dict(seed="7"), "seed must be"),
+    (([[1]], 3), dict(eos_token_id="</s>"), "eos_token_id must be None, a token id or a list"),
+    (([[1]], 3), dict(eos_token_id=11), "eos_token_id must be"),
+    (([[1]], 3), dict(eos_token_id=[]), "eos_token_id must be"),
 ])
 def test_bad_requests_raise_value_error(model, args, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -51,6 +59,28 @@ def test_lengths_and_eos(model):
     assert stopped.stats.acceptance_rate is None
     assert stopped.stats.target_calls == stopped.stats.steps == max(len(t) for t in stopped.tokens)
     assert minibass.generate(model, PROMPTS, 0, attention="naive").tokens == [[], [], []]
+
+
+def test_several_eos_ids_and_numpy_token_ids(model):
+    import numpy as np
+
+    greedy = SamplingParams(temperature=0)
+    full = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive").tokens
+    a, b = full[0][3], full[2][2]  # each ends a different sequence
+    for eos in ([a, b], (b, a), {a, b}, np.array([a, b]).tolist()):
+        stopped = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive", eos_token_id=eos).tokens
+        assert stopped == [t[:min([t.index(e) + 1 for e in (a, b) if e in t] or [9])] for t in full], eos
+    as_numpy = [list(np.array(p, dtype=np.int64)) for p in PROMPTS]  # numpy ints, as from an array
+    assert minibass.generate(model, as_numpy, 9, sampling=greedy, attention="naive").tokens == full
+
+
+def test_a_tiny_temperature_tends_to_greedy_instead_of_nan(model):
+    logits = torch.tensor([[1.0, 2.0, 3.0], [5.0, -1.0, 5.0]], dtype=torch.float64)
+    p = minibass.sampling.probs(logits, SamplingParams(temperature=1e-300))
+    assert torch.equal(p, torch.tensor([[0, 0, 1.0], [0.5, 0, 0.5]], dtype=torch.float64))  # ties share
+    greedy = minibass.generate(model, PROMPTS, 6, sampling=SamplingParams(temperature=0), attention="naive")
+    tiny = minibass.generate(model, PROMPTS, 6, sampling=SamplingParams(temperature=1e-300), seed=0, attention="naive")
+    assert tiny.tokens == greedy.tokens
 
 
 def test_same_seed_same_tokens_and_different_seed_differs(model):

@@ -83,6 +83,30 @@ def test_weights_that_do_not_match_the_config(save_hf):
         minibass.load_model(folder)
 
 
+def test_malformed_configs_and_shapes_name_the_problem(save_hf):
+    folder = save_hf(hf_tiny("llama"))
+    raw = json.loads((folder / "config.json").read_text())
+    edit_config(folder, vocab_size=raw["vocab_size"] + 3)
+    with pytest.raises(ValueError, match="embed_tokens.weight has shape .* but config.json implies"):
+        minibass.load_model(folder)
+    del raw["num_attention_heads"]
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="lacks the field 'num_attention_heads'"):
+        minibass.load_model(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        minibass.load_model(folder)
+
+
+def test_dtype_by_name_and_bad_dtypes(save_hf):
+    folder = save_hf(hf_tiny("llama"))
+    assert next(minibass.load_model(folder, dtype="bfloat16").parameters()).dtype == torch.bfloat16
+    assert next(minibass.load_model(folder, dtype="torch.float64").parameters()).dtype == torch.float64
+    for bad in ("bf16", torch.int64, float):
+        with pytest.raises(ValueError, match="dtype must be a floating-point torch dtype"):
+            minibass.load_model(folder, dtype=bad)
+
+
 def test_sliding_window_caps_max_seq_len(save_hf):
     folder = save_hf(hf_tiny("mistral", sliding_window=16, max_position_embeddings=64))
     with pytest.warns(UserWarning, match="sliding-window"):
@@ -103,3 +127,6 @@ def test_load_tokenizer(tmp_path):
     assert loaded("a b a", add_special_tokens=False)["input_ids"] == [1, 2, 1]
     with pytest.raises(FileNotFoundError):
         minibass.load_tokenizer(tmp_path / "missing")
+    (tmp_path / "weights_only").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no tokenizer files"):
+        minibass.load_tokenizer(tmp_path / "weights_only")

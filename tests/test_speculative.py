@@ -60,6 +60,20 @@ def test_greedy_equals_generate(models, attention, draft_name):
             assert rate == 0.0
 
 
+def test_several_eos_ids_end_sequences_as_in_generate(models):
+    target, draft = models["target"], models["other"]
+    full = minibass.generate(target, PROMPTS, 12, sampling=GREEDY).tokens
+    eos = [full[0][3], full[2][5]]
+    ref = minibass.generate(target, PROMPTS, 12, sampling=GREEDY, eos_token_id=eos).tokens
+    assert ref != full
+    for draft_length in (1, 4, "dynamic"):
+        got = minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=draft_length,
+                                            eos_token_id=eos)
+        assert got.tokens == ref, draft_length
+    with pytest.raises(ValueError, match="eos_token_id must be"):
+        minibass.speculative_generate(target, draft, PROMPTS, 12, eos_token_id=[1, 11])
+
+
 @pytest.mark.parametrize("draft_name", ["self", "other", "adversarial"])
 def test_greedy_phases_are_the_rejection_rule_on_one_hot_distributions(models, draft_name):
     """Greedy decoding runs GREEDY_PHASES (tokens compared) by default; the general phases (one-hot p and q

@@ -65,7 +65,7 @@ class GenerationStats:
     steps: rounds that emitted tokens (for plain decoding one token per active sequence each).
     target_calls, draft_calls: forward calls of each model, prefill (and the draft's catch-up) included.
     draft_lengths: the draft length used at each step (the most any sequence drafted).
-    accepted: [step][sequence], the draft tokens each sequence accepted, ``IDLE`` (-1) where a
+    accepted: ``[step][sequence]``, the draft tokens each sequence accepted, ``IDLE`` (-1) where a
     sequence did no work (finished, or its budget was spent).
     proposed_tokens, accepted_tokens: draft tokens proposed and accepted, over active sequences,
     counted before cutting at ``max_new_tokens`` or EOS; sequence_steps: (sequence, step) pairs

@@ -1,15 +1,18 @@
 """``check_attention``: another engine's ragged attention against minibass's float64 specification.
 
 The function under test has the signature of ``minibass.attention.BACKENDS[name]``
-(contract section 1): ``fn(q, k_cache, v_cache, q_lens, kv_lens) -> out``, with
+(contract section 1): ``fn(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None) -> out``, with
 q ``[total_q, H, D]``, caches ``[B, Hk, capacity, D]`` and out ``[total_q, H, D]``.
 
 Every case is a ragged batch whose cache slots at or beyond ``kv_lens`` hold NaN and inf (they
 are stale by contract and must not reach the output). A fixed grid covers the shapes that
 break kernels (idle sequences, prefill with ``q_len == kv_len``, single-token decode, one long
-sequence next to short ones, MHA / GQA / MQA, odd head dims); seeded random cases fill the
+sequence next to short ones, chunks of 33 to 130 new tokens that span several query tiles of a
+kernel, MHA / GQA / MQA, odd head dims, an explicit ``scale``); seeded random cases fill the
 rest. The reference is ``naive`` run in float64 on the same inputs; the tolerance per dtype is
-in ``ATOL`` (the error of rounding once to the output dtype, plus summation order).
+in ``ATOL`` (the error of rounding once to the output dtype, plus summation order). q, the
+lengths and the caches' valid slots must come back unchanged; the stale slots are the function's
+to use (minibass's own PAD zeroes them, so that a NaN there cannot reach the output as 0 * NaN).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import naive
-from .verdict import Verdict
+from .verdict import Verdict, raised
 
 # Max abs error allowed against the float64 reference, per input dtype: outputs are rounded once
 # to the output dtype (bf16 keeps 8 bits of mantissa, fp16 11, fp32 24) and sums may run in any order.
@@ -38,6 +41,7 @@ class AttentionCase:
     head_dim: int
     seed: int = 0
     label: str = "random"
+    scale: float | None = None  # passed as ``scale=`` when set; None: the function's default, head_dim ** -0.5
 
     @property
     def size(self) -> int:
@@ -58,18 +62,23 @@ class AttentionCase:
         return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v)) + tuple(t.to(device) for t in lens)
 
     def __str__(self) -> str:
+        scale = f", scale={self.scale}" if self.scale is not None else ""
         return (f"{self.label}: q_lens={list(self.q_lens)}, kv_lens={list(self.kv_lens)}, "
-                f"heads={self.n_heads}/{self.n_kv_heads} (q/kv), head_dim={self.head_dim}")
+                f"heads={self.n_heads}/{self.n_kv_heads} (q/kv), head_dim={self.head_dim}{scale}")
 
 
-GRID = [  # (label, q_lens, kv_lens)
-    ("single-token decode", (1,), (1,)),
-    ("decode, odd lengths", (1, 1, 1, 1, 1), (5, 64, 65, 130, 7)),
-    ("prefill q_len == kv_len", (9, 17), (9, 17)),
-    ("idle sequences", (0, 3, 0, 2), (12, 9, 1, 40)),
-    ("one long next to short", (2, 2, 2, 2), (300, 3, 4, 2)),
-    ("equal lengths (nothing ragged)", (4, 4, 4), (33, 33, 33)),
-    ("verify k + 1 tokens, ragged", (5, 3, 1, 5), (20, 41, 7, 5)),
+SCALE = 0.3  # an explicit softmax scale unlike head_dim ** -0.5 of every head dim here (0.125 to 0.25)
+GRID = [  # (label, q_lens, kv_lens, scale)
+    ("single-token decode", (1,), (1,), None),
+    ("decode, odd lengths", (1, 1, 1, 1, 1), (5, 64, 65, 130, 7), None),
+    ("prefill q_len == kv_len", (9, 17), (9, 17), None),
+    ("idle sequences", (0, 3, 0, 2), (12, 9, 1, 40), None),
+    ("one long next to short", (2, 2, 2, 2), (300, 3, 4, 2), None),
+    ("equal lengths (nothing ragged)", (4, 4, 4), (33, 33, 33), None),
+    ("verify k + 1 tokens, ragged", (5, 3, 1, 5), (20, 41, 7, 5), None),
+    # query tiles of 16, 32, 64 and 128 rows: chunks ending just past a tile, prefill and chunked prefill
+    ("long chunks (chunked prefill)", (33, 130, 0, 65), (33, 150, 4, 200), None),
+    ("explicit scale", (1, 4, 6, 0), (9, 4, 30, 3), SCALE),
 ]
 HEADS = [(4, 4), (4, 2), (4, 1), (6, 3)]  # MHA, GQA, MQA, odd group count
 HEAD_DIMS = [16, 64, 59, 128]
@@ -79,9 +88,9 @@ def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
     """The grid (every shape with MHA, GQA and MQA and one odd head dim), then seeded random cases up to
     ``n`` in all; the grid is always there, whatever ``n``."""
     cases = []
-    for i, (label, q_lens, kv_lens) in enumerate(GRID):
+    for i, (label, q_lens, kv_lens, scale) in enumerate(GRID):
         for j, (h, hk) in enumerate(HEADS[:3]):
-            cases.append(AttentionCase(q_lens, kv_lens, h, hk, (64, 59, 16)[j], seed + 1000 * i + j, label))
+            cases.append(AttentionCase(q_lens, kv_lens, h, hk, (64, 59, 16)[j], seed + 1000 * i + j, label, scale))
     g = torch.Generator().manual_seed(seed)
 
     def draw(lo, hi):  # an integer in [lo, hi]
@@ -100,19 +109,23 @@ def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
     return cases
 
 
-def reference(q, k, v, q_lens, kv_lens) -> torch.Tensor:
+def reference(q, k, v, q_lens, kv_lens, scale: float | None = None) -> torch.Tensor:
     """The specification in float64 on the CPU."""
-    return naive(*(t.detach().cpu().double() for t in (q, k, v)), q_lens.cpu(), kv_lens.cpu())
+    return naive(*(t.detach().cpu().double() for t in (q, k, v)), q_lens.cpu(), kv_lens.cpu(), scale=scale)
 
 
 def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
-    """(max abs error, problem in words or ''); an exception or bad output is an infinite error."""
-    q, k, v, q_lens, kv_lens = case.tensors(dtype, device)
-    expected = reference(q, k, v, q_lens, kv_lens)
+    """(max abs error, problem in words or ''); an exception, bad output or changed input is an infinite error."""
+    inputs = case.tensors(dtype, device)
+    q, k, v, q_lens, kv_lens = given = tuple(t.clone() for t in inputs)  # the function gets copies
+    expected = reference(*inputs, scale=case.scale)
     try:
-        out = fn(q, k, v, q_lens, kv_lens)
+        out = fn(q, k, v, q_lens, kv_lens) if case.scale is None else fn(q, k, v, q_lens, kv_lens, scale=case.scale)
     except Exception as e:  # the engine raised on a valid input
-        return float("inf"), f"raised {type(e).__name__}: {e}"
+        return float("inf"), raised(e)
+    changed = _changed(inputs, given)
+    if changed:
+        return float("inf"), f"modified {', '.join(changed)} in place: inputs belong to the caller"
     if not torch.is_tensor(out) or tuple(out.shape) != tuple(q.shape):
         return float("inf"), f"returned shape {getattr(out, 'shape', type(out))}, expected {tuple(q.shape)}"
     if out.dtype != q.dtype:
@@ -129,6 +142,23 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
     return err, f"max error {err:.3g} at {_where(row, head, q_lens, kv_lens)}"
 
 
+def _changed(inputs: tuple, given: tuple) -> list[str]:
+    """The inputs the function changed in place: q, a length, or a cache's valid slots (positions below
+    kv_lens; the stale slots beyond hold garbage by contract and are the function's to overwrite)."""
+    q, k, _, _, kv_lens = inputs
+    valid = (torch.arange(k.shape[2], device=k.device) < kv_lens[:, None])[:, None, :, None]  # (B, 1, C, 1)
+    names = []
+    for name, before, after in zip(("q", "k_cache", "v_cache", "q_lens", "kv_lens"), inputs, given):
+        if before.shape != after.shape or before.dtype != after.dtype:
+            names.append(name)
+        elif name.endswith("cache"):
+            if not torch.equal(torch.where(valid, before, 0), torch.where(valid, after, 0)):
+                names.append(f"{name} (valid slots)")
+        elif not torch.equal(before, after):
+            names.append(name)
+    return names
+
+
 def _where(row: int, head: int, q_lens, kv_lens) -> str:
     """A packed query row in words: its sequence, its index there, its absolute position, the head."""
     q_lens, kv_lens = q_lens.cpu(), kv_lens.cpu()
@@ -140,28 +170,34 @@ def _where(row: int, head: int, q_lens, kv_lens) -> str:
 def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 200, seed: int = 0,
                     name: str | None = None) -> Verdict:
     """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype (at least the
-    21 of the grid).
+    27 of the grid).
 
     One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
-    row names the smallest failing case (least work), with the position of its largest error.
+    row names the smallest failing case (least work), with the position of its largest error, and
+    how many cases failed.
     """
     if cases < 1:
         raise ValueError(f"cases must be >= 1, got {cases}")
+    try:
+        torch.empty(0, device=device)
+    except Exception as e:  # a malformed name ("cdua"), or a device this machine lacks
+        raise ValueError(f"device {device!r} cannot hold tensors here: {e}") from None
     started = time.perf_counter()
     verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
     all_cases = sorted(attention_cases(cases, seed), key=lambda c: c.size)
     for dtype in dtypes:
         if dtype not in ATOL:
             raise ValueError(f"dtypes must be among {sorted(map(str, ATOL))}, got {dtype}")
-        worst, failing = 0.0, None
+        worst, failing, n_failed = 0.0, "", 0
         for case in all_cases:
             err, problem = _run_case(fn, case, dtype, device)
             worst = max(worst, err)
-            if err > ATOL[dtype] and failing is None:  # cases are sorted: the first is the smallest
-                failing = f"{case}; {problem}"
+            if err > ATOL[dtype]:
+                n_failed += 1
+                failing = failing or f"{case}; {problem}"  # cases are sorted: the first is the smallest
         verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
-                    detail=failing or "")
+                    detail=f"{failing} ({n_failed} of {len(all_cases)} cases failed)" if n_failed else "")
     verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
     verdict.seconds = time.perf_counter() - started
     return verdict

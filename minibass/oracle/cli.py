@@ -3,7 +3,9 @@
 TARGET is ``package.module:function`` (imported from the current directory and ``sys.path``)
 or an adapter name: ``minibass`` (minibass's own part, as a reference) or ``transformers``
 (the installed transformers' rejection step, or its assisted generation). Exit status: 0 when
-every check passed, 1 when one failed, 2 for a usage error.
+every check passed, 1 when one failed (the code under test raising or returning something malformed
+included: the verdict says what and where), 2 for a usage error (unknown target, a module that does
+not import, a bad option such as an alpha outside (0, 1) or a device this machine lacks).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import importlib
 import sys
 
 import torch
+
+from .verdict import raised
 
 ADAPTERS = {
     "attention": {"minibass": ("minibass.attention:padded", None)},
@@ -25,10 +29,12 @@ ADAPTERS = {
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
-def resolve(target: str):
-    """'package.module:function' -> the function; ValueError with what was expected otherwise."""
+def resolve(target: str, adapters=()):
+    """'package.module:function' -> the function; ValueError with what was expected otherwise
+    (``adapters``: the adapter names the message lists)."""
     if ":" not in target:
-        raise ValueError(f"TARGET must be 'package.module:function' or an adapter name, got {target!r}")
+        names = f" ({', '.join(adapters)})" if adapters else ""
+        raise ValueError(f"TARGET must be 'package.module:function' or an adapter name{names}, got {target!r}")
     module_name, _, attr = target.partition(":")
     if "" not in sys.path:
         sys.path.insert(0, "")  # the current directory, as `python -m` would
@@ -36,6 +42,8 @@ def resolve(target: str):
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {e}") from e
+    except Exception as e:  # the module itself raised while being imported
+        raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {raised(e)}") from e
     fn = module
     for part in attr.split("."):
         if not hasattr(fn, part):
@@ -58,7 +66,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, help="attention: device of the inputs (default cpu)")
     p.add_argument("--rows", type=int, default=200_000, help="sampler: rows per setup")
     p.add_argument("--samples", type=int, default=20_000, help="generator: continuations to sample")
-    p.add_argument("--n-tokens", type=int, default=3, help="generator: tokens per continuation tested")
+    p.add_argument("--n-tokens", type=int, default=3, help="generator: tokens per continuation tested; must exceed "
+                                                          "the engine's draft length for its bonus token to be tested")
     p.add_argument("--temperature", type=float, default=1.0, help="generator: sampling temperature")
     p.add_argument("--top-k", type=int, default=0, help="generator: top-k (0 disables)")
     p.add_argument("--top-p", type=float, default=1.0, help="generator: top-p (1 disables)")
@@ -71,11 +80,12 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from minibass import SamplingParams, oracle
 
+    oracle.stats.check_alpha(args.alpha)
     fn_name, uniforms_name = ADAPTERS[args.kind].get(args.target, (args.target, None))
     uniforms_name = args.uniforms or uniforms_name
     if uniforms_name and args.kind != "sampler":
         raise ValueError("--uniforms applies to the sampler check only")
-    fn = resolve(fn_name)
+    fn = resolve(fn_name, sorted(ADAPTERS[args.kind]))
     label = args.target
     if args.kind == "attention":
         verdict = oracle.check_attention(fn, dtypes=tuple(DTYPES[d] for d in args.dtypes), device=args.device,

@@ -7,43 +7,69 @@ and returns samples:
     generate_fn(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed)
         -> n_samples continuations of prompt (lists of >= n_tokens token ids)
 
-The oracle loads the same folders into minibass and enumerates the exact distribution of the
-first ``n_tokens`` tokens of plain autoregressive sampling from the target
-(``minibass.exact.autoregressive_distribution``). Speculative decoding is exact iff the samples
-follow it; the joint and each position's marginal are G-tested at alpha / m (Bonferroni).
+Speculative decoding is exact iff every token follows the target's (warped) distribution given
+the prompt and the tokens before it. The oracle loads the target into minibass (float64) and
+computes, by teacher forcing, that distribution at every position of every distinct sample
+(``next_token_probs``). Two kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 1):
+
+* the joint of the first ``JOINT_TOKENS`` tokens against its exact distribution, enumerated over
+  all V^3 continuations (a G-test over up to 216 cells);
+* for each position j = 1..n_tokens, the pairs (token j - 1, token j) against the counts the
+  target's conditionals predict for the very prefixes sampled: expected[a, b] = sum over samples
+  with token j - 1 = a of p(b | prompt, tokens < j). This reaches any position at a cost linear in
+  n_tokens, and sees a token drawn from the wrong context (e.g. a bonus token drawn from p_k
+  instead of p_{k+1}, which ignores the token before it). Given its prefix, each sample's token is
+  one draw from its own p; the counts then vary at most as much as multinomial counts with the
+  same expectation (the p differ from sample to sample, and the tokens before fix each row's
+  total), so the G-test's chi-square threshold is conservative: a correct engine fails it with
+  probability at most alpha / m (``tests/test_oracle.py`` finds 1 % of its p-values below 0.05).
+
+An engine drafting k tokens emits its first bonus token at position k + 1 (when all k drafts are
+accepted), so ``n_tokens`` must exceed the draft length for the bonus token to be tested: the
+default 3 reaches it for draft lengths up to 2; ``n_tokens=8`` covers draft lengths up to 7. The draft (``DRAFT_NOISE``) is far enough from the target
+that about one draft token in five is rejected (residual draws happen often) and close enough
+that a round of k = 7 drafts is accepted whole about one time in six (bonus tokens happen often).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, probs
 from . import stats
-from .verdict import Verdict
+from .verdict import Verdict, raised
 
 VOCAB = 6
 PROMPT = [1, 4, 2]
+JOINT_TOKENS = 3  # the joint of the first tokens is enumerated: VOCAB ** 3 = 216 cells
+DRAFT_NOISE = 0.05  # the draft's weights: the target's plus noise of this std relative to theirs (see write_pair)
+MAX_POSITIONS = 64  # the pair's context length: the prompt and up to 61 tokens
 
 
-def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8) -> tuple[Path, Path]:
-    """Write the oracle's tiny target and draft (Llama, float32 safetensors) into folder/target, folder/draft.
+def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8,
+               draft_noise: float = 2 / 3) -> tuple[Path, Path]:
+    """Write a tiny target and draft (Llama, float32 safetensors) into folder/target, folder/draft.
 
     Two layers, two query heads and one kv head of ``head_dim`` (8 by default; GPU engines whose
-    attention kernels need 64 or 128 take ``head_dim=64``). The draft is the target with noise added
-    to every weight, so the two disagree often enough that rejections, residual draws and bonus
-    tokens all happen.
+    attention kernels need 64 or 128 take ``head_dim=64``). The draft is the target with noise of
+    std ``draft_noise`` (relative to the weights') added to every weight matrix: with the default 2/3
+    about seven draft tokens in ten are rejected; ``check_generator`` uses ``DRAFT_NOISE``, with which
+    about one in five is, so that runs of accepted drafts reach the bonus token.
     """
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     folder = Path(folder)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=2 * head_dim, intermediate_size=4 * head_dim,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=MAX_POSITIONS,
                          tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
     torch.manual_seed(seed)
     target = LlamaForCausalLM(config).eval()
@@ -53,7 +79,7 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8) -> tuple[Pa
         for t, d in zip(target.parameters(), draft.parameters()):
             if t.dim() == 2:
                 t.normal_(0, std)
-            d.copy_(t + (2 / 3 * std * torch.randn_like(t) if t.dim() == 2 else 0))
+            d.copy_(t + (draft_noise * std * torch.randn_like(t) if t.dim() == 2 else 0))
     paths = folder / "target", folder / "draft"
     for model, path in zip((target, draft), paths):
         model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=None, pad_token_id=0)
@@ -62,56 +88,144 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8) -> tuple[Pa
     return paths
 
 
-def exact_distribution(target_dir: Path, prompt: list[int], n_tokens: int, sampling: SamplingParams) -> dict:
-    """{token tuple: probability} of the target's first n_tokens, by enumeration (float64)."""
-    from .. import exact, load_model
+def next_token_probs(model, continuations: np.ndarray, sampling: SamplingParams, batch: int = 4096) -> np.ndarray:
+    """P [U, n, V] (float64): the model's warped distribution of token j of each continuation [U, n] given
+    ``PROMPT`` and the tokens before it, by teacher forcing (one forward pass per ``batch`` continuations)."""
+    n = continuations.shape[1]
+    length = len(PROMPT) + n - 1  # the last token is predicted, never read
+    out = []
+    for chunk in np.array_split(continuations, max(1, -(-len(continuations) // batch))):
+        prompts = torch.tensor(PROMPT).expand(len(chunk), -1)
+        tokens = torch.cat([prompts, torch.as_tensor(chunk[:, :-1])], 1)  # (B, L)
+        cache = model.init_cache(len(chunk), length)
+        logits = model.forward(tokens.reshape(-1), torch.full((len(chunk),), length), cache)  # (B * L, V)
+        out.append(probs(logits.view(len(chunk), length, -1)[:, len(PROMPT) - 1:], sampling).numpy())  # (B, n, V)
+    return np.concatenate(out)
 
-    model = load_model(target_dir, dtype=torch.float64)
-    return stats.table_events(exact.autoregressive_distribution(model, prompt, n_tokens, sampling))
+
+def exact_distribution(model, n_tokens: int, sampling: SamplingParams) -> dict:
+    """{token tuple: probability} of the target's first n_tokens: over all VOCAB ** n_tokens continuations,
+    the product of their tokens' conditional probabilities (zero cells left out)."""
+    every = np.array(list(itertools.product(range(VOCAB), repeat=n_tokens)))  # (V^n, n)
+    p = np.take_along_axis(next_token_probs(model, every, sampling), every[..., None], -1)[..., 0].prod(1)
+    return {tuple(e): float(pr) for e, pr in zip(every.tolist(), p) if pr > 0}
 
 
-def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000, sampling: SamplingParams = SamplingParams(),
-                    alpha: float = 1e-6, seed: int = 0, name: str | None = None, head_dim: int = 8) -> Verdict:
+def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
+                    sampling: SamplingParams = SamplingParams(), alpha: float = 1e-6, seed: int = 0,
+                    name: str | None = None, head_dim: int = 8) -> Verdict:
     """Sample ``samples`` continuations from ``generate_fn`` and test them against the exact distribution.
 
+    ``n_tokens`` must exceed the engine's draft length for its bonus token to be tested (see above).
     ``head_dim``: of the oracle's pair (``write_pair``); 64 for engines whose kernels need it.
     """
-    if n_tokens < 1 or samples < 10:
-        raise ValueError(f"need n_tokens >= 1 and samples >= 10, got {n_tokens} and {samples}")
+    from ..loading import load_model
+
+    longest = MAX_POSITIONS - len(PROMPT)
+    if not 1 <= n_tokens <= longest or samples < 10:
+        raise ValueError(f"need 1 <= n_tokens <= {longest} and samples >= 10, got {n_tokens} and {samples}")
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    stats.check_alpha(alpha)
     started = time.perf_counter()
     verdict = Verdict(f"generator {name or getattr(generate_fn, '__qualname__', repr(generate_fn))}")
     with tempfile.TemporaryDirectory() as folder:
-        target_dir, draft_dir = write_pair(folder, seed, head_dim)
-        exact = exact_distribution(target_dir, PROMPT, n_tokens, sampling)
+        target_dir, draft_dir = write_pair(folder, seed, head_dim, DRAFT_NOISE)
+        target = load_model(target_dir, dtype=torch.float64)
         generated_at = time.perf_counter()
         try:
             outputs = generate_fn(target_dir, draft_dir, list(PROMPT), n_tokens, samples, sampling, seed)
         except Exception as e:
-            verdict.add("runs", "a call on the oracle's pair", float("inf"), 0, detail=f"raised {type(e).__name__}: {e}")
+            verdict.add("runs", "a call on the oracle's pair", float("inf"), 0, detail=raised(e))
             verdict.seconds = time.perf_counter() - started
             return verdict
         engine_seconds = time.perf_counter() - generated_at
-    short = [o for o in outputs if len(o) < n_tokens]
-    verdict.add("continuations returned", f"continuations with >= {n_tokens} tokens, of {samples} asked",
-                len(outputs) - len(short), samples, rule=">=",
-                detail=f"{len(short)} shorter than {n_tokens} tokens, e.g. {list(short[0])}" if short else "")
-    observed = Counter(tuple(int(t) for t in o[:n_tokens]) for o in outputs if len(o) >= n_tokens)
-    level = alpha / (n_tokens + 1)
-    possible, impossible = stats.split_impossible(observed, exact)
-    first = next(iter(impossible), None)
-    verdict.add("impossible sequences", "samples the target can never produce", sum(impossible.values()), 0,
-                detail=f"{first} seen {impossible[first]} times" if impossible else "")
-    joint = stats.g_test(possible, exact)
-    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_tokens} tokens, ")
-    for j in range(n_tokens):
-        coarse_exact, coarse_observed = stats.marginal_events(exact, observed, j)
-        verdict.add_g_test(f"token {j + 1} marginal", stats.g_test(
-            stats.split_impossible(coarse_observed, coarse_exact)[0], coarse_exact), level)
-    n = sum(observed.values())
-    verdict.notes.append(f"{n:,} samples, vocab {VOCAB}, prompt {PROMPT}, {sampling}; each test at alpha / "
-                         f"{n_tokens + 1} = {level:.2g}; smallest total variation of the joint caught with probability "
-                         f"0.99: {stats.detectable_tv(max(n, 1), joint.dof, level):.3f}; the engine took {engine_seconds:.1f} s")
+    rows, problem = _token_lists(outputs, samples, n_tokens)
+    if problem:
+        verdict.add("output", f"a list of {samples} lists of token ids in [0, {VOCAB})", float("inf"), 0,
+                    detail=problem)
+    else:
+        _test_samples(verdict, target, rows, samples, n_tokens, sampling, alpha)
+        verdict.notes.append(f"the engine took {engine_seconds:.1f} s")
+        verdict.notes.append(f"n_tokens = {n_tokens}: an engine's first bonus token comes at position k + 1, so this "
+                             f"run tests bonus tokens of draft lengths k <= {n_tokens - 1} only; give n_tokens > k")
     verdict.seconds = time.perf_counter() - started
     return verdict
+
+
+def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int, n_tokens: int,
+                  sampling: SamplingParams, alpha: float) -> None:
+    """The rows of the verdict for well-formed samples (see the module's docstring)."""
+    short = [r for r in rows if len(r) < n_tokens]
+    verdict.add("continuations returned", f"continuations with >= {n_tokens} tokens, of {samples} asked",
+                len(rows) - len(short), samples, rule=">=",
+                detail=f"{len(short)} shorter than {n_tokens} tokens, e.g. {short[0]}" if short else "")
+    observed = Counter(tuple(r) for r in rows if len(r) >= n_tokens)
+    if not observed:
+        return
+    sequences = np.array(list(observed))  # (U, n) the distinct continuations
+    counts = np.array(list(observed.values()))  # (U,)
+    conditional = next_token_probs(target, sequences, sampling)  # (U, n, V)
+    p_token = np.take_along_axis(conditional, sequences[..., None], -1)[..., 0]  # (U, n)
+    impossible = (p_token == 0).any(1)  # (U,)
+    first = int(np.argmax(impossible))
+    verdict.add("impossible sequences", "samples the target can never produce", int(counts[impossible].sum()), 0,
+                detail=f"{tuple(sequences[first].tolist())} seen {counts[first]} times: token "
+                       f"{int(np.argmax(p_token[first] == 0)) + 1} has probability 0" if impossible.any() else "")
+    sequences, counts, conditional = sequences[~impossible], counts[~impossible], conditional[~impossible]
+    if not len(counts):
+        return
+    m = n_tokens + 1  # the joint, and one test per position
+    level = alpha / m
+    n_joint = min(n_tokens, JOINT_TOKENS)
+    firsts = Counter()
+    for sequence, count in zip(sequences[:, :n_joint].tolist(), counts.tolist()):
+        firsts[tuple(sequence)] += count
+    joint = stats.g_test(firsts, exact_distribution(target, n_joint, sampling))
+    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens, ")
+    for j in range(n_tokens):
+        expected, seen = pair_counts(sequences, counts, conditional, j)
+        verdict.add_g_test(f"token {j + 1} | token {j}" if j else "token 1 | prompt", stats.g_test(seen, expected),
+                           level, what="pairs (token before, token) vs the target's conditionals, ")
+    n = int(counts.sum())
+    verdict.notes.append(f"{n:,} samples, vocab {VOCAB}, prompt {PROMPT}, {sampling}; each test at alpha / {m} = "
+                         f"{level:.2g}; smallest total variation of the joint caught with probability 0.99: "
+                         f"{stats.detectable_tv(n, joint.dof, level):.3f}")
+
+
+def pair_counts(sequences: np.ndarray, counts: np.ndarray, conditional: np.ndarray, j: int) -> tuple[dict, Counter]:
+    """The view of position j (0-based) that ``check_generator`` G-tests, for distinct samples
+    ``sequences`` [U, n] seen ``counts`` [U] times with conditionals [U, n, V] (``next_token_probs``):
+    (expected, observed) pairs (token j - 1, token j), the prompt's last token standing before token 0;
+    expected[a, b] = sum over samples whose token j - 1 is a of p(b | their prefix), as a distribution."""
+    before = sequences[:, j - 1] if j else np.full(len(sequences), PROMPT[-1])  # (U,)
+    expected = np.zeros((VOCAB, VOCAB))
+    np.add.at(expected, before, counts[:, None] * conditional[:, j])  # (V, V)
+    seen = np.zeros((VOCAB, VOCAB), dtype=np.int64)
+    np.add.at(seen, (before, sequences[:, j]), counts)
+    cells = [(a, b) for a in range(VOCAB) for b in range(VOCAB)]
+    return ({c: expected[c] / counts.sum() for c in cells if expected[c] > 0},
+            Counter({c: int(seen[c]) for c in cells if seen[c]}))
+
+
+def _token_lists(outputs, samples: int, n_tokens: int) -> tuple[list[list[int]], str]:
+    """The engine's continuations as lists of ints, and '' or what is wrong with them (their first
+    ``n_tokens`` must be integer token ids in the vocabulary)."""
+    expected = f"expected a list of {samples} continuations, each a list of token ids"
+    if torch.is_tensor(outputs) or isinstance(outputs, np.ndarray):
+        outputs = outputs.tolist()
+    if not isinstance(outputs, (list, tuple)):
+        return [], f"returned {type(outputs).__name__}; {expected}"
+    rows = []
+    for i, row in enumerate(outputs):
+        if torch.is_tensor(row) or isinstance(row, np.ndarray):
+            row = row.tolist()
+        if not isinstance(row, (list, tuple)):
+            return [], f"continuation {i} is {row!r} ({type(row).__name__}); {expected}"
+        for t in row[:n_tokens]:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                return [], f"continuation {i} holds {t!r} ({type(t).__name__}); token ids are integers"
+            if not 0 <= t < VOCAB:
+                return [], f"continuation {i} holds token id {t}, outside the vocabulary [0, {VOCAB})"
+        rows.append([int(t) for t in row[:n_tokens]])
+    return rows, ""

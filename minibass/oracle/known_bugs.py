@@ -167,14 +167,15 @@ UNIFORM_SAMPLERS = {"accepts_at_u_zero": accepts_at_u_zero}
 
 # --- broken attention backends ---------------------------------------------------------------------------
 
-def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens):
+def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     """Causal mask off by one: each query also sees the key one position after its own."""
     group = q.shape[1] // k_cache.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     out, start = torch.empty_like(q), 0
     for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
         keys = k_cache[b, :, :n_kv].repeat_interleave(group, 0).float()  # (H, n_kv, D)
         values = v_cache[b, :, :n_kv].repeat_interleave(group, 0).float()
-        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * q.shape[-1] ** -0.5
+        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * scale
         position = torch.arange(n_kv - n_q, n_kv)[:, None]  # (n_q, 1): each query's absolute position
         scores = scores.masked_fill(torch.arange(n_kv)[None, :] > position + 1, float("-inf"))  # + 1: the bug
         out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
@@ -182,17 +183,18 @@ def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens):
     return out
 
 
-def stale_slot_leak(q, k_cache, v_cache, q_lens, kv_lens):
+def stale_slot_leak(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     """Stale cache slots leak in: keys are padded to the batch maximum and the padding is masked by
     multiplying the scores by 0 instead of setting them to -inf, so a NaN/inf left in a slot at or
     beyond kv_lens reaches the output (0 * NaN is NaN). The causal mask itself is right."""
     group = q.shape[1] // k_cache.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(q)
     longest, start = int(kv_lens.max()), 0
     for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
         keys = k_cache[b, :, :longest].repeat_interleave(group, 0).float()  # (H, longest, D): padded
         values = v_cache[b, :, :longest].repeat_interleave(group, 0).float()
-        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * q.shape[-1] ** -0.5
+        scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * scale
         key = torch.arange(longest)[None, :]
         position = torch.arange(n_kv - n_q, n_kv)[:, None]  # (n_q, 1)
         scores = scores.masked_fill((key > position) & (key < n_kv), float("-inf"))  # causal: right
@@ -203,12 +205,12 @@ def stale_slot_leak(q, k_cache, v_cache, q_lens, kv_lens):
     return out
 
 
-def idle_ignores_kv_lens(q, k_cache, v_cache, q_lens, kv_lens):
+def idle_ignores_kv_lens(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     """Idle sequences dropped from q_lens but not from kv_lens: every sequence after an idle one
     (q_len 0) reads the key length of the sequence before it."""
     keep = q_lens > 0
     wrong_kv = torch.maximum(kv_lens[:int(keep.sum())], q_lens[keep]).clamp(max=k_cache.shape[2])  # the bug
-    return naive(q, k_cache[keep], v_cache[keep], q_lens[keep], wrong_kv)
+    return naive(q, k_cache[keep], v_cache[keep], q_lens[keep], wrong_kv, scale=scale)
 
 
 ATTENTION = {f.__name__: f for f in (causal_off_by_one, stale_slot_leak, idle_ignores_kv_lens)}

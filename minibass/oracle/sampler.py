@@ -35,7 +35,7 @@ import torch
 
 from ..sampling import SamplingParams, probs, sample_from
 from . import stats
-from .verdict import Verdict
+from .verdict import Verdict, raised
 
 V, K = 4, 3  # vocabulary and draft length of the probe tables
 
@@ -119,12 +119,16 @@ def _call(fn, tokens, draft_probs, target_probs, generator):
     """Call the sampler on copies and check its outputs' form; returns (n, y, problem or '')."""
     inputs = (tokens.clone(), draft_probs.clone(), target_probs.clone())
     try:
-        n, y = fn(*inputs, generator=generator)
+        result = fn(*inputs, generator=generator)
     except Exception as e:
-        return None, None, f"raised {type(e).__name__}: {e}"
+        return None, None, raised(e)
     if not all(torch.equal(a, b) for a, b in zip(inputs, (tokens, draft_probs, target_probs))):
         return None, None, "modified its inputs"
-    n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
+    try:
+        n, y = result
+        n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
+    except (TypeError, RuntimeError, ValueError):
+        return None, None, f"returned {type(result).__name__}; expected (num_accepted [B], next_tokens [B])"
     if n.shape != (len(tokens),) or y.shape != (len(tokens),):
         return None, None, f"returned shapes {tuple(n.shape)}, {tuple(y.shape)}, expected ({len(tokens)},) each"
     if ((n < 0) | (n > tokens.shape[1])).any() or ((y < 0) | (y >= draft_probs.shape[-1])).any():
@@ -161,6 +165,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
     """
     if rows < 100:
         raise ValueError(f"rows must be >= 100, got {rows}")
+    stats.check_alpha(alpha)
     started = time.perf_counter()
     verdict = Verdict(f"sampler {name or getattr(fn, '__qualname__', repr(fn))}")
     generator = torch.Generator().manual_seed(seed)
@@ -236,11 +241,15 @@ def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
     for label, token, p_row, u_acc, u_next, expect in cases:
         p = torch.tensor([[p_row, [0.25, 0.25, 0.25, 0.25]]], dtype=torch.float64)
         try:
-            n, y = fn(torch.tensor([[token]]), q, p, torch.tensor([[u_acc]], dtype=torch.float64),
-                      torch.tensor([u_next], dtype=torch.float64))
-            n, y = int(torch.as_tensor(n).reshape(-1)[0]), int(torch.as_tensor(y).reshape(-1)[0])
+            result = fn(torch.tensor([[token]]), q, p, torch.tensor([[u_acc]], dtype=torch.float64),
+                        torch.tensor([u_next], dtype=torch.float64))
         except Exception as e:
-            wrong.append(f"{label}: raised {type(e).__name__}: {e}")
+            wrong.append(f"{label}: {raised(e)}")
+            continue
+        try:
+            n, y = (int(torch.as_tensor(t).reshape(-1)[0]) for t in result)
+        except (TypeError, RuntimeError, ValueError, IndexError):
+            wrong.append(f"{label}: returned {type(result).__name__}; expected (num_accepted [1], next_tokens [1])")
             continue
         residual = (p[0, 0] - q[0, 0]).clamp_min(0) if n == 0 else p[0, 1]
         if not 0 <= y < q.shape[-1]:

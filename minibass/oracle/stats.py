@@ -23,6 +23,7 @@ Events are hashable outcomes (token tuples); an exact distribution is a dict eve
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 from dataclasses import dataclass
 
@@ -116,8 +117,15 @@ def _coarsen(exact: dict, observed: Counter, view) -> tuple[dict, Counter]:
     return coarse_exact, coarse_observed
 
 
+def check_alpha(alpha: float) -> None:
+    """A false-alarm rate is a probability strictly between 0 and 1 (0 would pass anything, 1 fail anything)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 1:
+        raise ValueError(f"alpha (the false-alarm rate) must lie strictly between 0 and 1, got {alpha!r}")
+
+
 def critical_value(dof: int, alpha: float) -> float:
     """The G statistic above which a test at false-alarm rate ``alpha`` rejects."""
+    check_alpha(alpha)
     return float(stats.chi2.isf(alpha, max(dof, 1)))
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import sysconfig
+import traceback
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,29 @@ class Verdict:
     def raise_for_failure(self) -> None:
         if not self.ok:
             raise AssertionError(str(self))
+
+
+def raised(error: BaseException) -> str:
+    """An exception of the code under test in words, with where it was raised: the innermost frame of the
+    caller's own code (not minibass's, not an installed library's), else the innermost frame. Call it in
+    the function whose ``try`` called the code under test: that frame, the first, is left out."""
+    frames = traceback.extract_tb(error.__traceback__)[1:]
+    own = [f for f in frames if not _is_library(f.filename)]
+    where = (own or frames)[-1] if frames else None
+    at = f" (at {where.filename}:{where.lineno} in {where.name})" if where else " (by the call itself: its signature?)"
+    return f"raised {type(error).__name__}: {error}{at}"
+
+
+# minibass itself, the standard library and installed packages: frames there are not the caller's code.
+_LIBRARIES = {Path(__file__).resolve().parents[1]} | {
+    Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith("<"):  # code without a file: "<frozen importlib._bootstrap>", or exec'd ("<string>")
+        return filename.startswith("<frozen")
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(library) for library in _LIBRARIES)
 
 
 def _num(x: float) -> str:

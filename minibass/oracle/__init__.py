@@ -1,7 +1,7 @@
 """The oracle: check another engine's attention kernel, rejection sampler or speculative generator.
 
     from minibass import oracle
-    oracle.check_attention(fn)            # fn(q, k_cache, v_cache, q_lens, kv_lens) -> out
+    oracle.check_attention(fn)            # fn(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None) -> out
     oracle.check_sampler(fn)              # fn(draft_tokens, draft_probs, target_probs, *, generator)
     oracle.check_generator(generate_fn)   # generate_fn(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed)
     oracle.check_given_uniforms(fn)       # fn(draft_tokens, draft_probs, target_probs, u_accept, u_next)

@@ -80,11 +80,19 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8,
             if t.dim() == 2:
                 t.normal_(0, std)
             d.copy_(t + (draft_noise * std * torch.randn_like(t) if t.dim() == 2 else 0))
+    from transformers.utils import logging as hf_logging
+
     paths = folder / "target", folder / "draft"
-    for model, path in zip((target, draft), paths):
-        model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=None, pad_token_id=0)
-        model.save_pretrained(path, safe_serialization=True)
-        (path / "oracle.json").write_text(json.dumps({"about": "minibass oracle probe model", "seed": seed}) + "\n")
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # two tiny files: no "Writing model shards" bars in the verdict's output
+    try:
+        for model, path in zip((target, draft), paths):
+            model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=None, pad_token_id=0)
+            model.save_pretrained(path, safe_serialization=True)
+            (path / "oracle.json").write_text(json.dumps({"about": "minibass oracle probe model", "seed": seed}) + "\n")
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return paths
 
 

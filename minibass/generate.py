@@ -170,7 +170,7 @@ def finished_after(new_tokens: list[int], max_new_tokens: int, eos: tuple[int, .
 @torch.no_grad()
 def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
              sampling: SamplingParams = SamplingParams(), seed=None, attention: str | None = None,
-             eos_token_id: int | None = None) -> GenerationResult:
+             eos_token_id: int | Sequence[int] | None = None) -> GenerationResult:
     """Batched autoregressive sampling from ``model``: exactly ``max_new_tokens`` new tokens per prompt,
     or fewer when a sequence emits ``eos_token_id`` (kept).
 

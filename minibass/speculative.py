@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -275,7 +275,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
 @torch.no_grad()
 def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens: int, *,
                          sampling: SamplingParams = SamplingParams(), draft_length=4, seed=None,
-                         attention: str | None = None, eos_token_id: int | None = None,
+                         attention: str | None = None, eos_token_id: int | Sequence[int] | None = None,
                          phases: Phases | None = None, step: Callable = step) -> GenerationResult:
     """Batched speculative sampling: tokens distributed exactly as ``generate(target, ...)``.
 

@@ -209,3 +209,12 @@ def load_tokenizer(path):
 
 # The files a Hugging Face tokenizer is built from (fast tokenizers, SentencePiece, BPE vocabularies).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def hf_dtype(dtype: torch.dtype) -> dict:
+    """The keyword that sets the dtype of ``transformers``' ``from_pretrained``: ``dtype`` from 4.56
+    on (where 5.x loads a checkpoint in its stored dtype unless told), ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}

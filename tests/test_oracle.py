@@ -163,8 +163,8 @@ def _transformers_with_softmax_residual():
     from transformers.generation import utils
 
     source = textwrap.dedent(inspect.getsource(utils._speculative_sampling))
-    assert "p_prime.div_(p_prime_sum)" in source
-    planted = source.replace("p_prime.div_(p_prime_sum)", "p_prime = p_prime.softmax(dim=-1)")
+    fixed = next(line for line in ("p_prime.div_(p_prime_sum)", "p_prime.div_(p_prime.sum())") if line in source)
+    planted = source.replace(fixed, "p_prime = p_prime.softmax(dim=-1)")  # (4.46 divides by p_prime.sum() in place)
     namespace = dict(vars(utils))
     exec(compile(planted, "<planted>", "exec"), namespace)
     return namespace["_speculative_sampling"]
@@ -330,6 +330,10 @@ def test_alpha_must_lie_strictly_between_0_and_1(alpha):
 def test_transformers_assisted_generation(weight, passes, samples):
     """120 samples (detects TV >= ~0.4) for the exact default; 400 for the lossy ensemble weight, whose bias is
     small with the oracle's close draft; the larger run is in docs/oracle.md."""
+    from transformers import GenerationConfig
+
+    if weight is not None and not hasattr(GenerationConfig(), "assistant_ensemble_weight"):
+        pytest.skip("this transformers predates assistant_ensemble_weight")
     kwargs = {} if weight is None else {"assistant_ensemble_weight": weight}
     verdict = oracle.check_generator(lambda *a: adapters.transformers_generator(*a, **kwargs), samples=samples)
     print(verdict)

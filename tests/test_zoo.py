@@ -11,6 +11,7 @@ import torch
 
 import minibass
 from minibass import zoo
+from minibass.loading import hf_dtype
 
 FP32_TOL = 1e-4
 
@@ -25,7 +26,7 @@ def hf_pair():
     from transformers import AutoModelForCausalLM
 
     target_dir, draft_dir = zoo.demo_paths()
-    return tuple(AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval() for d in (target_dir, draft_dir))
+    return tuple(AutoModelForCausalLM.from_pretrained(d, **hf_dtype(torch.float32)).eval() for d in (target_dir, draft_dir))
 
 
 def test_shipped_pair_is_small_and_documented():
@@ -249,7 +250,7 @@ def test_training_fast_mode_and_mismatched_tokenizers(tmp_path):
 
     for name in ("target", "draft"):
         ours = minibass.load_model(tmp_path / name)
-        theirs = AutoModelForCausalLM.from_pretrained(tmp_path / name, dtype=torch.float32).eval()
+        theirs = AutoModelForCausalLM.from_pretrained(tmp_path / name, **hf_dtype(torch.float32)).eval()
         ids = torch.tensor([1, 2, 3, 4])
         with torch.no_grad():
             ref = theirs(ids[None]).logits[0]

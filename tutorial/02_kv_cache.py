@@ -108,7 +108,7 @@ print(f"mean ms per token: without cache {1e3 * sum(t_without) / len(t_without):
 from transformers import AutoModelForCausalLM
 
 target_dir, _ = zoo.demo_paths()
-hf = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+hf = AutoModelForCausalLM.from_pretrained(target_dir).float().eval()  # float32, as minibass loads it
 prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(size(3, 6))]
 ours = minibass.generate(target, prompts, 16, sampling=minibass.SamplingParams(temperature=0.0)).tokens
 for prompt_ids, mine in zip(prompts, ours):

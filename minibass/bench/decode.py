@@ -24,10 +24,12 @@ from .common import forward_clock, provenance, random_llama, timed, write_json
 def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=5):
     from transformers import AutoModelForCausalLM
 
+    from minibass.loading import hf_dtype
+
     with tempfile.TemporaryDirectory() as folder:
         random_llama(folder)
         ours = minibass.load_model(folder, dtype=dtype, device=device)
-        hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+        hf = AutoModelForCausalLM.from_pretrained(folder, **hf_dtype(dtype)).to(device).eval()
     hf.generation_config.eos_token_id = None
     greedy = minibass.SamplingParams(temperature=0)
     default = minibass.attention.default_backend(device)

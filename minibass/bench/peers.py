@@ -31,10 +31,12 @@ METHODS = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
 def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3, draft_length="auto"):
     from transformers import AutoModelForCausalLM
 
+    from minibass.loading import hf_dtype
+
     target_dir, draft_dir = zoo.demo_paths()
     target, draft, tokenizer = zoo.load_demo_pair(device=device)
-    hf_target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(device).eval()
-    hf_draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).to(device).eval()
+    hf_target = AutoModelForCausalLM.from_pretrained(target_dir, **hf_dtype(torch.float32)).to(device).eval()
+    hf_draft = AutoModelForCausalLM.from_pretrained(draft_dir, **hf_dtype(torch.float32)).to(device).eval()
     for m in (hf_target, hf_draft):
         m.generation_config.eos_token_id = None  # fixed-length outputs for every method
     texts = zoo.demo_prompts(max(batch_sizes))

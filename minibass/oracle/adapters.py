@@ -108,8 +108,10 @@ def transformers_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, s
     through (e.g. ``assistant_ensemble_weight``)."""
     from transformers import AutoModelForCausalLM
 
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).eval()
+    from ..loading import hf_dtype
+
+    target = AutoModelForCausalLM.from_pretrained(target_dir, **hf_dtype(torch.float32)).eval()
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir, **hf_dtype(torch.float32)).eval()
     draft.generation_config.num_assistant_tokens = draft_length
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0  # draft exactly draft_length tokens

@@ -147,7 +147,9 @@ def pretrained(folder: Path):
     """A saved Llama in float32, and its shape as ``parse_shape`` gives it: (hidden, layers, heads, kv_heads)."""
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    from minibass.loading import hf_dtype
+
+    model = LlamaForCausalLM.from_pretrained(folder, **hf_dtype(torch.float32))
     c = model.config
     return model, (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
 
@@ -300,6 +302,11 @@ def save(model, tokenizer, folder: Path, card: str):
     model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     model.to(torch.float32)
     tokenizer.save_pretrained(folder)
+    # transformers 5 names the class "TokenizersBackend", which 4.x cannot import; "PreTrainedTokenizerFast"
+    # is the same class in 5.x and loads in both.
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / "README.md").write_text(card)
 
 

@@ -17,11 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from .sampling import SamplingParams, SeedStreams, sample
+from .sampling import SamplingParams, SeedStreams, is_int, sample
 
 
 class Cache(Protocol):
@@ -132,7 +131,7 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
     for b, prompt in enumerate(prompts):
         if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
             raise ValueError(f"prompts[{b}] must be a non-empty list of token ids, got {prompt!r:.60}")
-        wrong = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, (int, np.integer))), None)
+        wrong = next((t for t in prompt if not is_int(t)), None)
         if wrong is not None:
             raise ValueError(f"prompts[{b}] must hold int token ids, got {type(wrong).__name__} {wrong!r:.40}")
         for model in models:
@@ -149,10 +148,9 @@ def check_eos(eos_token_id, vocab_size: int) -> tuple[int, ...] | None:
     Hugging Face generation configs), each in [0, vocab_size)."""
     if eos_token_id is None:
         return None
-    ids = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else eos_token_id
-    if (isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple, set, frozenset)) or not ids
-            or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab_size
-                   for t in ids)):
+    ids = [eos_token_id] if is_int(eos_token_id) else eos_token_id
+    if (not isinstance(ids, (list, tuple, set, frozenset)) or not ids
+            or any(not is_int(t) or not 0 <= t < vocab_size for t in ids)):
         raise ValueError(f"eos_token_id must be None, a token id or a list of token ids in [0, {vocab_size}), "
                          f"got {eos_token_id!r:.60}")
     return tuple(sorted(int(t) for t in ids))

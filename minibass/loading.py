@@ -172,7 +172,8 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints store it
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
-    ours = [k for k in model.state_dict() if not (config.tie_word_embeddings and k == "lm_head.weight")]
+    shapes = model.state_dict()  # (meta tensors: names and shapes only)
+    ours = [k for k in shapes if not (config.tie_word_embeddings and k == "lm_head.weight")]
     expected = {part for name in ours for part in checkpoint_names(name)}
     missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
     if missing or unexpected:
@@ -180,7 +181,6 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
                          f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
     weights = {name: torch.cat([state[part] for part in checkpoint_names(name)]).to(dtype) for name in ours}
-    shapes = model.state_dict()
     wrong = [(name, tuple(w.shape), tuple(shapes[name].shape)) for name, w in weights.items()
              if w.shape != shapes[name].shape]
     if wrong:
@@ -194,6 +194,10 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     return model.to(device).eval()
 
 
+# The files a Hugging Face tokenizer is built from (fast tokenizers, SentencePiece, BPE vocabularies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
 def load_tokenizer(path):
     """The ``transformers`` tokenizer saved in a local checkpoint folder (never downloads)."""
     from transformers import AutoTokenizer
@@ -205,10 +209,6 @@ def load_tokenizer(path):
         raise FileNotFoundError(f"{folder} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
                                 "save one there with tokenizer.save_pretrained(folder)")
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-
-
-# The files a Hugging Face tokenizer is built from (fast tokenizers, SentencePiece, BPE vocabularies).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
 def hf_dtype(dtype: torch.dtype) -> dict:

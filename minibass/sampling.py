@@ -24,6 +24,11 @@ import torch
 from torch import Tensor
 
 
+def is_int(x) -> bool:
+    """An integer as minibass takes one (token ids, seeds, top_k): a Python int or a NumPy integer, not a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How tokens are drawn.
@@ -40,7 +45,7 @@ class SamplingParams:
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
+        if not is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {self.top_p!r}")
@@ -133,7 +138,7 @@ class SeedStreams:
 
     def __init__(self, seed: int | Sequence[int] | None, batch_size: int):
         def valid(s) -> bool:  # a non-negative int below 2**63 (what torch.Generator.manual_seed takes)
-            return isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < 2 ** 63
+            return is_int(s) and 0 <= s < 2 ** 63
 
         if seed is None:
             seeds = [int(s) for s in np.random.SeedSequence().generate_state(batch_size, np.uint64) >> 1]

@@ -205,7 +205,7 @@ class LoopState:
 
 def emit(s: LoopState, drafts: Tensor, n: Tensor, y: Tensor, eos_token_id) -> None:
     """Appends x_1..x_n, y to each active sequence's history; a sequence that emits EOS (``eos_token_id``:
-    None, one id or several) keeps it and stops."""
+    None, or one id or several, as ints or a tensor) keeps it and stops."""
     new = torch.cat([drafts, torch.zeros_like(n)[:, None]], 1).scatter(1, n[:, None], y[:, None])  # (B, kmax + 1)
     offset = torch.arange(new.shape[1])
     kept = (offset <= n[:, None]) & s.active[:, None]  # (B, kmax + 1)
@@ -303,7 +303,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     if target.vocab_size != draft.vocab_size:
         raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
                          f"vs {draft.vocab_size}")
-    eos_token_id = check_eos(eos_token_id, target.vocab_size)
+    eos = check_eos(eos_token_id, target.vocab_size)
+    eos_token_id = None if eos is None else torch.tensor(eos)  # built once; emit compares with it every step
     policy = make_policy(draft_length)
     if hasattr(policy, "start"):  # a policy object may serve several calls: its sequences are new ones
         policy.start(len(prompts))

@@ -138,10 +138,11 @@ class CostAwareDraftLength:
     down by ``memory`` per step (0.9), because acceptance comes in runs (a draft that starts
     copying the target, a repeated line or a closing bracket, keeps being right for a while, then
     stops). Its prior is the batch's pooled estimate (every active sequence's trials together,
-    under a Beta(1/2, 1/2) prior), worth ``pull`` trials (2), so that one unlucky rejection does
-    not make a sequence look like the slowest. alpha_min is the lowest alpha_b among the active
-    sequences, because a batch keeps stepping until its slowest sequence is done, and every step
-    costs the whole batch.
+    under a Beta(1/2, 1/2) prior), worth ``pull`` trials (10: about half of the ~18 trials a
+    sequence's forgetting history holds at k = 2 and alpha 0.75), so that a few unlucky rejections
+    do not make a sequence look like the slowest: the lowest of many short, noisy estimates is too
+    low. alpha_min is the lowest alpha_b among the active sequences, because a batch keeps stepping
+    until its slowest sequence is done, and every step costs the whole batch.
 
     The costs are the ``costs`` given, or else measured as the loop runs (``observe_costs``), for
     the batch size at hand (see ``measured_costs`` for a batch that has shrunk): the fastest time
@@ -172,7 +173,7 @@ class CostAwareDraftLength:
     k_max: int = 16
     costs: DraftCosts | None = None
     memory: float = 0.9
-    pull: float = 2.0
+    pull: float = 10.0
     recent: int = 3
     successes: dict[int, float] = field(default_factory=dict)
     failures: dict[int, float] = field(default_factory=dict)

@@ -287,3 +287,26 @@ def test_policy_replay_steps_like_the_loop(policy):
     steps = [(sum(n >= 0 for n in row), k) for row, k in zip(replayed["accepted"], replayed["draft_lengths"])]
     assert replayed["seconds"] == pytest.approx(sum(k * 0.1 + 1.0 + k * 0.1 for _, k in steps))
     assert costs.verify(3, 0) == costs.regular(3) == 1.0 and costs.verify(1, 4) == pytest.approx(1.4)
+
+
+def test_auto_constants_script_scores_against_the_best_fixed_length(tmp_path, capsys):
+    """scripts/auto_constants.py divides a policy's replayed speed-up by the best fixed k's: exactly 1 for
+    the best fixed k itself, below 1 for a worse one; and it prints a row per (pull, memory, costs)."""
+    import runpy
+    from pathlib import Path
+
+    from minibass.bench.policies import CallCosts, iid_runs
+
+    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_constants.py"))
+    runs, new_tokens, k_max = iid_runs(0.8, 16, 24, 16), 24, 16
+    costs_ms = {"1": {"regular": 5.0, "draft": 0.5, "verify5": 6.0}, "16": {"regular": 8.0, "draft": 0.6, "verify5": 12.0}}
+    costs = script["cost_models"](costs_ms)["measured"]
+    assert isinstance(costs, CallCosts) and costs.verify(1, 4) == pytest.approx(6e-3)
+    ratios = {k: script["relative_speed"](lambda k=k: k, runs, new_tokens, k_max, costs, 4) for k in script["FIXED"]}
+    assert max(ratios.values()) == pytest.approx(1.0) and min(ratios.values()) < 0.95
+    payload = {"provenance": {"date": "today"}, "runs": runs, "new_tokens": new_tokens, "k_max": k_max,
+               "costs_ms": costs_ms}
+    (tmp_path / "p.json").write_text(json.dumps(payload))
+    script["main"](["--json", str(tmp_path / "p.json"), "--pulls", "2", "10", "--orders", "2"])
+    out = capsys.readouterr().out
+    assert out.count("verify slope x0.6") == 2 and "2 prompt sets" in out

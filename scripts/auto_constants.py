@@ -1,0 +1,89 @@
+"""How `auto`'s constants hold up on other prompt sets and other cost ratios, replayed without timing.
+
+    python scripts/auto_constants.py [--pulls 2 6 10 15] [--memories 0.9] [--orders 6]
+
+``make demo`` decodes one set of prompts (the first 8 held-out ones, 16 at batch 16), so a policy
+tuned on the mean over all prompts can still trail the best fixed k on the demo's own batch. This
+script replays ``CostAwareDraftLength`` with each pair of constants (``pull``, ``memory``) on the
+greedy agreement runs and call costs committed in ``bench_results/policies-cpu.json`` (written by
+``python -m minibass.bench policies``), for
+
+- prompt sets: the first 8 (16) held-out prompts, then the first 8 (16) of ``--orders - 1``
+  shuffles of all of them (fixed seed);
+- call costs: as measured, and with the extra verify cost per drafted token scaled by 0.6 and by
+  1.4 (a live step of this loop measured a gentler slope than the probes; another machine can be
+  steeper);
+
+and prints, at batch 1, 4, 8 and 16, the worst and the mean over prompt sets of `auto`'s speed-up
+divided by the best fixed k's (k = 1 to 6) on the same prompts and costs. Nothing is timed: the
+numbers are deterministic for a given JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+
+from minibass.bench.policies import CallCosts, replay
+from minibass.draft_length import CostAwareDraftLength
+
+BATCH_SIZES = (1, 4, 8, 16)
+FIXED = (1, 2, 3, 4, 5, 6)
+
+
+def cost_models(costs_ms: dict) -> dict[str, CallCosts]:
+    def scaled(factor: float) -> CallCosts:
+        return CallCosts({int(b): {"regular": c["regular"] / 1e3, "draft": c["draft"] / 1e3,
+                                   "verify5": (c["regular"] + factor * (c["verify5"] - c["regular"])) / 1e3}
+                          for b, c in costs_ms.items()})
+    return {"measured": scaled(1.0), "verify slope x0.6": scaled(0.6), "verify slope x1.4": scaled(1.4)}
+
+
+def relative_speed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> float:
+    """`auto`'s speed-up over regular decoding on these sequences in batches of ``batch``, divided by the
+    best fixed k's."""
+    groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
+
+    def seconds(make):  # a new policy for every batch, as ``draft_length="auto"`` makes one per call
+        return sum(replay(make(), g, new_tokens, costs, k_max)["seconds"] for g in groups)
+
+    return min(seconds(lambda: k) for k in FIXED) / seconds(make_policy)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default="bench_results/policies-cpu.json")
+    parser.add_argument("--pulls", type=float, nargs="+", default=[2, 6, 10, 15])
+    parser.add_argument("--memories", type=float, nargs="+", default=[0.9])
+    parser.add_argument("--orders", type=int, default=6, help="prompt sets: the demo's, then shuffles (default 6)")
+    args = parser.parse_args(argv)
+    payload = json.load(open(args.json))
+    runs, new_tokens, k_max = payload["runs"], payload["new_tokens"], payload["k_max"]
+    rng = random.Random(0)
+    orders = [list(range(len(runs)))] + [rng.sample(range(len(runs)), len(runs)) for _ in range(args.orders - 1)]
+    print(f"{args.json} ({payload['provenance']['date']}): {len(runs)} sequences, {new_tokens} tokens; "
+          f"auto / best fixed k, worst and mean over {len(orders)} prompt sets (the first: the demo's)")
+    models = cost_models(payload["costs_ms"])
+    print(f"{'pull':>5} {'memory':>6}  {'costs':<18} " + "  ".join(f"{'batch ' + str(b):>13}" for b in BATCH_SIZES)
+          + "  worst")
+    for pull in args.pulls:
+        for memory in args.memories:
+            def make_policy():
+                return CostAwareDraftLength(pull=pull, memory=memory)
+            worst = []
+            for name, costs in models.items():
+                cells = []
+                for batch in BATCH_SIZES:
+                    size = 16 if batch == 16 else 8
+                    ratios = [relative_speed(make_policy, [runs[i] for i in order[:size]], new_tokens, k_max,
+                                             costs, batch) for order in orders]
+                    worst.append(min(ratios))
+                    cells.append(f"{min(ratios):.3f}/{statistics.mean(ratios):.3f}")
+                print(f"{pull:>5g} {memory:>6g}  {name:<18} " + "  ".join(f"{c:>13}" for c in cells))
+            print(f"{'':>5} {'':>6}  {'':<18} {'':>60}  {min(worst):.3f}")
+
+
+if __name__ == "__main__":
+    main()

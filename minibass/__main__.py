@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import textwrap
@@ -358,6 +359,9 @@ def main(argv=None) -> None:
     except (ValueError, FileNotFoundError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as other shell tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        code = 1
     sys.exit(code)
 
 

@@ -37,6 +37,19 @@ def test_every_known_bug_fails_and_the_statistic_itself_sees_it(bug):
     assert not verdict.ok
     # Not only impossible events or an invariant: a goodness-of-fit statistic over possible events rejects too.
     assert any("G-test" in c.name or "marginal" in c.name or "length" in c.name for c in failed)
+    # The joint row says how far off the sampler is, and its detail names the cells furthest off.
+    joint = next(c for c in verdict.checks if c.name == "[temperature] joint G-test")
+    assert joint.measured.startswith("total variation ") and "accepted" in joint.detail
+
+
+def test_events_in_words_name_the_bonus_token():
+    from minibass.oracle.sampler import K, event_words
+
+    assert event_words((3,)) == "0 drafts accepted, then token 3"
+    assert event_words((2, 1)) == "1 draft accepted (2,), then token 1"
+    assert event_words(tuple(range(K)) + (3,)) == f"{K} drafts accepted {tuple(range(K))}, then bonus token 3"
+    verdict = oracle.check_sampler(known_bugs.SAMPLERS["bonus_off_by_one"], rows=BUG_ROWS)
+    assert f"[temperature] position {K + 1} marginal (bonus token)" in [c.name for c in verdict.checks]
 
 
 def test_the_u_zero_bug_needs_the_given_uniforms_probe():
@@ -217,6 +230,8 @@ def assert_caught_by_the_statistics(verdict):
     failed = [c.name for c in verdict.failures()]
     assert any(name == "joint G-test" or " | " in name for name in failed), failed  # " | ": a position's test
     assert not {"runs", "output", "continuations returned"} & set(failed)
+    # Each failing test names the cells furthest from their expected counts.
+    assert all("expected" in c.detail and " sd)" in c.detail for c in verdict.failures())
 
 
 def _bonus_from_row_k(drafts, q, p, draft_lens, active, streams):
@@ -371,8 +386,29 @@ def test_the_reported_case_is_the_smallest_failing_one_and_the_failures_are_coun
     failing = [c for c in oracle.attention.attention_cases(40) if max(c.kv_lens) > 100]
     assert len(failing) > 1
     smallest = min(failing, key=lambda c: c.size)
-    assert verdict.failures()[0].detail.startswith(str(smallest))
-    assert verdict.failures()[0].detail.endswith(f"({len(failing)} of 40 cases failed)")
+    assert verdict.failures()[0].detail.startswith(f"smallest: {smallest}")
+    assert verdict.failures()[0].detail.endswith(f"{len(failing)} of 40 cases failed")
+
+
+def test_a_failing_attention_row_names_the_worst_case_too():
+    def wrong_on_long_caches(q, k, v, q_lens, kv_lens, *, scale=None):  # error grows with the longest cache
+        return BACKENDS["naive"](q, k, v, q_lens, kv_lens, scale=scale) + kv_lens.max() / 1000
+
+    verdict = oracle.check_attention(wrong_on_long_caches, cases=40)
+    detail = verdict.failures()[0].detail
+    worst = max(oracle.attention.attention_cases(40), key=lambda c: max(c.kv_lens))
+    assert detail.startswith("smallest: ") and f"Worst: {worst}" in detail
+    assert verdict.failures()[0].statistic == pytest.approx(max(worst.kv_lens) / 1000, rel=1e-3)
+
+
+def test_attention_takes_one_dtype_or_several_and_rejects_unknown_ones_before_running():
+    assert oracle.check_attention(BACKENDS["naive"], dtypes=torch.float64, cases=5).ok
+
+    def never(*args, **kwargs):
+        raise AssertionError("ran before the dtypes were checked")
+
+    with pytest.raises(ValueError, match="dtypes must be one or more of"):
+        oracle.check_attention(never, dtypes=(torch.float32, torch.int64))
 
 
 def _ignores_scale(q, k, v, q_lens, kv_lens, *, scale=None):
@@ -434,6 +470,8 @@ def test_verdict_reads_and_serialises():
     assert not v.ok and [c.name for c in v.failures()] == ["b"]
     assert "FAIL" in str(v) and "cell (1, 2) high" in str(v)
     assert json.loads(json.dumps(v.to_dict()))["checks"][1]["passed"] is False
+    v.add("c", "a call", float("inf"), 0, detail="raised")  # the code under test failed: JSON null, not "inf"
+    assert json.loads(json.dumps(v.to_dict(), allow_nan=False))["checks"][2]["statistic"] is None
     with pytest.raises(AssertionError, match="thing: FAIL"):
         v.raise_for_failure()
     assert not oracle.Verdict("empty").ok  # no checks is not a pass
@@ -464,6 +502,11 @@ def test_cli_exit_status_and_json(tmp_path):
     (["sampler", "minibass", "--alpha", "0"], "alpha"),
     (["generator", "minibass", "--alpha", "nan"], "alpha"),
     (["sampler", "vllm"], "adapter name (minibass, transformers)"),
+    (["sampler", "minibass", "--device", "cdua"], "--device applies to the attention check only"),
+    (["generator", "minibass", "--dtypes", "float16"], "--dtypes applies to the attention check only"),
+    (["attention", "minibass", "--rows", "500"], "--rows applies to the sampler check only"),
+    (["attention", "minibass", "--alpha", "0.01"], "--alpha applies to the sampler and generator checks only"),
+    (["generator", "minibass", "--uniforms", "minibass"], "--uniforms applies to the sampler check only"),
 ])
 def test_cli_usage_errors_exit_2(args, says, capsys):
     from minibass.__main__ import main
@@ -482,3 +525,46 @@ def test_cli_a_module_raising_on_import_is_a_usage_error_with_its_line(tmp_path,
         main(["oracle", "sampler", "broken_engine:rejection_sample"])
     err = capsys.readouterr().err
     assert exit_status.value.code == 2 and "RuntimeError: needs a GPU" in err and "broken_engine.py:2" in err
+
+
+def test_cli_resolves_uniforms_before_running_and_names_the_option(monkeypatch, capsys):
+    from minibass.__main__ import main
+
+    def never(*args, **kwargs):
+        raise AssertionError("the check ran before --uniforms was resolved")
+
+    monkeypatch.setattr(oracle, "check_sampler", never)
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "sampler", "minibass", "--uniforms", "minibass.rejection:nope"])
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 2 and "--uniforms 'minibass.rejection:nope'" in err
+
+
+def test_cli_uniforms_take_an_adapter_name_and_the_generator_a_head_dim(monkeypatch, capsys):
+    from minibass.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "sampler", "minibass", "--uniforms", "minibass", "--rows", "500"])
+    assert exit_status.value.code == 0 and "edge uniforms" in capsys.readouterr().out
+    seen = {}
+
+    def check_generator(fn, **kwargs):
+        seen.update(kwargs)
+        return oracle.Verdict("stub", [oracle.Check("a", "b", 0.0, 0.0, True)])
+
+    monkeypatch.setattr(oracle, "check_generator", check_generator)
+    with pytest.raises(SystemExit):
+        main(["oracle", "generator", "minibass", "--head-dim", "64"])
+    assert seen["head_dim"] == 64 and seen["n_tokens"] == 3
+
+
+def test_adapters_are_reachable_from_the_package_and_a_closed_pipe_ends_quietly():
+    code = "from minibass import oracle; print(callable(oracle.adapters.transformers_sampler))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+    # `... | head`: the reader closes the pipe before the verdict is printed.
+    proc = subprocess.Popen([sys.executable, "-m", "minibass", "oracle", "attention", "minibass", "--cases", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait()
+    assert "Traceback" not in err and "BrokenPipe" not in err and proc.returncode == 1

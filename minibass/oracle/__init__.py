@@ -14,11 +14,11 @@ Files, in reading order: ``verdict.py`` (the answer), ``stats.py`` (the G-test, 
 samplers and kernels every check must catch), ``adapters.py`` (transformers, and minibass itself).
 """
 
-from . import known_bugs, stats
+from . import adapters, known_bugs, stats
 from .attention import ATOL, check_attention
 from .generator import check_generator
 from .sampler import check_given_uniforms, check_sampler
 from .verdict import Check, Verdict
 
-__all__ = ["ATOL", "Check", "Verdict", "check_attention", "check_generator", "check_given_uniforms", "check_sampler",
-           "known_bugs", "stats"]
+__all__ = ["ATOL", "Check", "Verdict", "adapters", "check_attention", "check_generator", "check_given_uniforms",
+           "check_sampler", "known_bugs", "stats"]

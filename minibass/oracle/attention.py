@@ -63,8 +63,9 @@ class AttentionCase:
 
     def __str__(self) -> str:
         scale = f", scale={self.scale}" if self.scale is not None else ""
-        return (f"{self.label}: q_lens={list(self.q_lens)}, kv_lens={list(self.kv_lens)}, "
-                f"heads={self.n_heads}/{self.n_kv_heads} (q/kv), head_dim={self.head_dim}{scale}")
+        kind = "random case" if self.label == "random" else f"grid case '{self.label}'"
+        return (f"{kind} (q_lens={list(self.q_lens)}, kv_lens={list(self.kv_lens)}, "
+                f"heads={self.n_heads}/{self.n_kv_heads} (q/kv), head_dim={self.head_dim}{scale})")
 
 
 SCALE = 0.3  # an explicit softmax scale unlike head_dim ** -0.5 of every head dim here (0.125 to 0.25)
@@ -173,11 +174,16 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     27 of the grid).
 
     One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
-    row names the smallest failing case (least work), with the position of its largest error, and
-    how many cases failed.
+    row names the smallest failing case (least work) with the position of its largest error, the case
+    with the worst error when it is another one, and how many cases failed. ``dtypes``: one dtype or
+    several.
     """
     if cases < 1:
         raise ValueError(f"cases must be >= 1, got {cases}")
+    dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
+    unknown = [d for d in dtypes if d not in ATOL]
+    if unknown or not dtypes:
+        raise ValueError(f"dtypes must be one or more of {', '.join(map(str, ATOL))}, got {unknown or 'none'}")
     try:
         torch.empty(0, device=device)
     except Exception as e:  # a malformed name ("cdua"), or a device this machine lacks
@@ -186,18 +192,21 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
     all_cases = sorted(attention_cases(cases, seed), key=lambda c: c.size)
     for dtype in dtypes:
-        if dtype not in ATOL:
-            raise ValueError(f"dtypes must be among {sorted(map(str, ATOL))}, got {dtype}")
-        worst, failing, n_failed = 0.0, "", 0
+        worst, worst_case, failing, n_failed = 0.0, "", "", 0
         for case in all_cases:
             err, problem = _run_case(fn, case, dtype, device)
-            worst = max(worst, err)
+            if err > worst or (err == worst and not worst_case):
+                worst, worst_case = err, f"{case}; {problem}"
             if err > ATOL[dtype]:
                 n_failed += 1
                 failing = failing or f"{case}; {problem}"  # cases are sorted: the first is the smallest
+        detail = ""
+        if n_failed:
+            detail = f"smallest: {failing}" + (f". Worst: {worst_case}" if worst_case != failing else " (also the worst)")
+            detail += f". {n_failed} of {len(all_cases)} cases failed"
         verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
-                    detail=f"{failing} ({n_failed} of {len(all_cases)} cases failed)" if n_failed else "")
+                    detail=detail)
     verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
     verdict.seconds = time.perf_counter() - started
     return verdict

@@ -5,7 +5,8 @@ or an adapter name: ``minibass`` (minibass's own part, as a reference) or ``tran
 (the installed transformers' rejection step, or its assisted generation). Exit status: 0 when
 every check passed, 1 when one failed (the code under test raising or returning something malformed
 included: the verdict says what and where), 2 for a usage error (unknown target, a module that does
-not import, a bad option such as an alpha outside (0, 1) or a device this machine lacks).
+not import, a bad option such as an alpha outside (0, 1), a device this machine lacks, or an option
+of another kind of check, such as ``--rows`` for attention).
 """
 
 from __future__ import annotations
@@ -29,29 +30,40 @@ ADAPTERS = {
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
-def resolve(target: str, adapters=()):
+def resolve(target: str, adapters=(), option: str = "TARGET"):
     """'package.module:function' -> the function; ValueError with what was expected otherwise
-    (``adapters``: the adapter names the message lists)."""
+    (``adapters``: the adapter names the message lists; ``option``: where the name came from)."""
     if ":" not in target:
         names = f" ({', '.join(adapters)})" if adapters else ""
-        raise ValueError(f"TARGET must be 'package.module:function' or an adapter name{names}, got {target!r}")
+        raise ValueError(f"{option} must be 'package.module:function' or an adapter name{names}, got {target!r}")
     module_name, _, attr = target.partition(":")
     if "" not in sys.path:
         sys.path.insert(0, "")  # the current directory, as `python -m` would
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {e}") from e
+        raise ValueError(f"cannot import {module_name!r} for {option} {target!r}: {e}") from e
     except Exception as e:  # the module itself raised while being imported
-        raise ValueError(f"cannot import {module_name!r} for TARGET {target!r}: {raised(e)}") from e
+        raise ValueError(f"cannot import {module_name!r} for {option} {target!r}: {raised(e)}") from e
     fn = module
     for part in attr.split("."):
         if not hasattr(fn, part):
-            raise ValueError(f"{module_name!r} has no attribute {attr!r} (TARGET {target!r})")
+            raise ValueError(f"{module_name!r} has no attribute {attr!r} ({option} {target!r})")
         fn = getattr(fn, part)
     if not callable(fn):
-        raise ValueError(f"TARGET {target!r} is not callable")
+        raise ValueError(f"{option} {target!r} is not callable")
     return fn
+
+
+# Options that belong to one or two kinds of check, with their defaults. Each defaults to None on the
+# parser, so that one given to another kind is a usage error rather than silently ignored.
+OPTIONS = {
+    "cases": (("attention",), 200), "dtypes": (("attention",), ["float32"]), "device": (("attention",), None),
+    "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None),
+    "samples": (("generator",), 20_000), "n_tokens": (("generator",), 3), "head_dim": (("generator",), 8),
+    "temperature": (("generator",), 1.0), "top_k": (("generator",), 0), "top_p": (("generator",), 1.0),
+    "alpha": (("sampler", "generator"), 1e-6),
+}
 
 
 def add_parser(sub) -> None:
@@ -59,46 +71,66 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=sorted(ADAPTERS))
     p.add_argument("target", help="package.module:function, or an adapter: minibass, transformers")
-    p.add_argument("--uniforms", help="sampler only: package.module:function taking its uniforms "
-                                      "(accept_and_resample's signature) for the edge-uniform probe")
-    p.add_argument("--cases", type=int, default=200, help="attention: ragged cases per dtype")
-    p.add_argument("--dtypes", nargs="+", default=["float32"], choices=sorted(DTYPES), help="attention: dtypes")
-    p.add_argument("--device", default=None, help="attention: device of the inputs (default cpu)")
-    p.add_argument("--rows", type=int, default=200_000, help="sampler: rows per setup")
-    p.add_argument("--samples", type=int, default=20_000, help="generator: continuations to sample")
-    p.add_argument("--n-tokens", type=int, default=3, help="generator: tokens per continuation tested; must exceed "
-                                                          "the engine's draft length for its bonus token to be tested")
-    p.add_argument("--temperature", type=float, default=1.0, help="generator: sampling temperature")
-    p.add_argument("--top-k", type=int, default=0, help="generator: top-k (0 disables)")
-    p.add_argument("--top-p", type=float, default=1.0, help="generator: top-p (1 disables)")
-    p.add_argument("--alpha", type=float, default=1e-6, help="false-alarm rate of the whole verdict")
+    p.add_argument("--cases", type=int, help="attention: ragged cases per dtype (default 200)")
+    p.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="attention: dtypes (default float32)")
+    p.add_argument("--device", help="attention: device of the inputs (default cpu)")
+    p.add_argument("--rows", type=int, help="sampler: rows per setup (default 200000)")
+    p.add_argument("--uniforms", help="sampler: package.module:function taking its uniforms (accept_and_resample's "
+                                      "signature) for the edge-uniform probe, or an adapter name; the adapters "
+                                      "minibass and transformers bring theirs")
+    p.add_argument("--samples", type=int, help="generator: continuations to sample (default 20000)")
+    p.add_argument("--n-tokens", type=int, help="generator: tokens per continuation tested (default 3); must exceed "
+                                                "the engine's draft length for its bonus token to be tested")
+    p.add_argument("--head-dim", type=int, help="generator: head dim of the oracle's pair (default 8; 64 for "
+                                                "engines whose kernels need it)")
+    p.add_argument("--temperature", type=float, help="generator: sampling temperature (default 1)")
+    p.add_argument("--top-k", type=int, help="generator: top-k (default 0, off)")
+    p.add_argument("--top-p", type=float, help="generator: top-p (default 1, off)")
+    p.add_argument("--alpha", type=float, help="sampler, generator: false-alarm rate of the whole verdict "
+                                               "(default 1e-6)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.set_defaults(func=run)
 
 
+def _options(args) -> None:
+    """Reject options of another kind of check; fill in the defaults of this kind's."""
+    for name, (kinds, default) in OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif args.kind not in kinds:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} applies to the {' and '.join(kinds)} check{'s' if len(kinds) > 1 else ''} "
+                             f"only, not to {args.kind}")
+
+
 def run(args) -> int:
     from minibass import SamplingParams, oracle
 
+    _options(args)
     oracle.stats.check_alpha(args.alpha)
-    fn_name, uniforms_name = ADAPTERS[args.kind].get(args.target, (args.target, None))
-    uniforms_name = args.uniforms or uniforms_name
-    if uniforms_name and args.kind != "sampler":
-        raise ValueError("--uniforms applies to the sampler check only")
-    fn = resolve(fn_name, sorted(ADAPTERS[args.kind]))
+    adapters = ADAPTERS[args.kind]
+    fn_name, uniforms_name = adapters.get(args.target, (args.target, None))
+    fn = resolve(fn_name, sorted(adapters))
+    uniforms = None
+    if args.uniforms:  # resolved before anything runs: a typo costs nothing
+        name = adapters[args.uniforms][1] if args.uniforms in adapters else args.uniforms
+        uniforms = resolve(name, sorted(adapters), option="--uniforms")
+    elif uniforms_name:
+        uniforms = resolve(uniforms_name)
     label = args.target
     if args.kind == "attention":
         verdict = oracle.check_attention(fn, dtypes=tuple(DTYPES[d] for d in args.dtypes), device=args.device,
                                          cases=args.cases, seed=args.seed, name=label)
     elif args.kind == "sampler":
         verdict = oracle.check_sampler(fn, rows=args.rows, alpha=args.alpha, seed=args.seed, name=label)
-        if uniforms_name:
-            probe = oracle.check_given_uniforms(resolve(uniforms_name), name=label)
+        if uniforms is not None:
+            probe = oracle.check_given_uniforms(uniforms, name=args.uniforms or label)
             verdict.checks += probe.checks
             verdict.seconds += probe.seconds
     else:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
         verdict = oracle.check_generator(fn, n_tokens=args.n_tokens, samples=args.samples, sampling=sampling,
-                                         alpha=args.alpha, seed=args.seed, name=label)
+                                         alpha=args.alpha, seed=args.seed, name=label, head_dim=args.head_dim)
     print(verdict.to_json() if args.json else verdict)
     return 0 if verdict.ok else 1

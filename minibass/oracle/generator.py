@@ -189,12 +189,18 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     firsts = Counter()
     for sequence, count in zip(sequences[:, :n_joint].tolist(), counts.tolist()):
         firsts[tuple(sequence)] += count
-    joint = stats.g_test(firsts, exact_distribution(target, n_joint, sampling))
-    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens, ")
+    exact = exact_distribution(target, n_joint, sampling)
+    joint = stats.g_test(firsts, exact)
+    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens, total variation "
+                       f"{stats.total_variation(exact, firsts):.4f}; ",
+                       detail=stats.worst_cells(exact, firsts, words=lambda e: f"tokens {e}"))
     for j in range(n_tokens):
         expected, seen = pair_counts(sequences, counts, conditional, j)
+        before = f"token {j}" if j else "the prompt's last token"
         verdict.add_g_test(f"token {j + 1} | token {j}" if j else "token 1 | prompt", stats.g_test(seen, expected),
-                           level, what="pairs (token before, token) vs the target's conditionals, ")
+                           level, what="pairs (token before, token) vs the target's conditionals, ",
+                           detail=stats.worst_cells(expected, seen, words=lambda c, before=before, j=j:
+                                                    f"{before} = {c[0]}, token {j + 1} = {c[1]}"))
     n = int(counts.sum())
     verdict.notes.append(f"{n:,} samples, vocab {VOCAB}, prompt {PROMPT}, {sampling}; each test at alpha / {m} = "
                          f"{level:.2g}; smallest total variation of the joint caught with probability 0.99: "

@@ -2,7 +2,9 @@
 
 The function under test has ``rejection_sample``'s signature (contract section 3):
 ``fn(draft_tokens [B, k], draft_probs [B, k, V], target_probs [B, k+1, V], *, generator)
--> (num_accepted [B], next_tokens [B])``. Each of the B rows is one independent trial:
+-> (num_accepted [B], next_tokens [B])``. Every input is a CPU tensor (probabilities float32 in the
+setups, float64 in the invariant probes) and ``generator`` a CPU ``torch.Generator``; each setup is one
+call with B = ``rows``. Each of the B rows is one independent trial:
 
     x_1..x_k ~ q_i(. | x_{i-1})            drafted by the oracle from order-1 tables
     (n, y)    = fn(x, q, p)                 the row emits the event (x_1..x_n, y)
@@ -15,8 +17,10 @@ definition of the algorithm, never calling the code under test), per setup:
     one_hot       a greedy (one-hot) target checked against a sampled draft
     zero_mass_q   the draft gives zero mass to tokens the target can emit (top-k 2 draft, T = 1 target)
 
-and the samples are tested four ways: the joint event distribution, each position's marginal,
-and the number of emitted tokens (G-tests, ``stats.py``), plus impossible events. Exact
+and the samples are tested four ways: the joint event distribution, each position's marginal
+(position k + 1 is the bonus token, emitted when all k drafts are accepted), and the number of
+emitted tokens (G-tests, ``stats.py``), plus impossible events. The joint row also reports the
+total variation between the observed and the exact event distribution. Exact
 invariants are probed separately: a draft token with p(x) = 0 is never accepted, p == q
 accepts everything, and the inputs are left unchanged.
 
@@ -185,12 +189,14 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
         possible, impossible = stats.split_impossible(observed, exact)
         first = next(iter(impossible), None)
         verdict.add(f"[{setup}] impossible events", "rows emitting an event of probability 0", sum(impossible.values()),
-                    0, detail=f"event {first} (drafts accepted, then the next token) seen {impossible[first]} times"
-                    if impossible else "")
+                    0, detail=f"{event_words(first)}, seen {impossible[first]} times" if impossible else "")
         joint = stats.g_test(possible, exact)
-        verdict.add_g_test(f"[{setup}] joint G-test", joint, level, detail=_worst_cells(exact, observed))
+        verdict.add_g_test(f"[{setup}] joint G-test", joint, level,
+                           what=f"total variation {stats.total_variation(exact, observed):.4f}; ",
+                           detail=stats.worst_cells(exact, observed, words=event_words))
         powers.append(f"{setup} {stats.detectable_tv(rows, joint.dof, level):.4f}")
-        views = [(f"position {j + 1} marginal", stats.marginal_events(exact, observed, j)) for j in range(K + 1)]
+        views = [(f"position {j + 1} marginal" + (" (bonus token)" if j == K else ""),
+                  stats.marginal_events(exact, observed, j)) for j in range(K + 1)]
         views.append(("emitted length", stats.length_events(exact, observed)))
         for label, (coarse_exact, coarse_observed) in views:
             test = stats.g_test(stats.split_impossible(coarse_observed, coarse_exact)[0], coarse_exact)
@@ -202,13 +208,12 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
     return verdict
 
 
-def _worst_cells(exact: dict, observed: Counter, n_cells: int = 3) -> str:
-    """The events furthest from their expectation, in standard deviations."""
-    n = sum(observed.values())
-    scored = sorted(((observed.get(e, 0) - p * n) / max(np.sqrt(p * n), 1e-12), e) for e, p in exact.items())
-    worst = sorted(scored, key=lambda t: -abs(t[0]))[:n_cells]
-    return "; ".join(f"event {e}: observed {observed.get(e, 0)}, expected {exact[e] * n:.1f} ({z:+.1f} sd)"
-                     for z, e in worst)
+def event_words(event: tuple) -> str:
+    """An emitted event (x_1..x_n, y) in words: '2 drafts accepted (3, 1), then token 0'; after all K
+    drafts, the next token is the bonus token."""
+    n, y = len(event) - 1, event[-1]
+    accepted = f" {tuple(event[:-1])}" if n else ""
+    return f"{n} draft{'s' if n != 1 else ''} accepted{accepted}, then {'bonus ' if n == K else ''}token {y}"
 
 
 # --- the given-uniforms probe --------------------------------------------------------------------------------

@@ -60,8 +60,10 @@ class Verdict:
         return [c for c in self.checks if not c.passed]
 
     def to_dict(self) -> dict:
-        def clean(x):
-            return x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+        """The verdict as plain data. A statistic that is not finite (inf: the code under test raised or
+        returned something malformed, as the row's detail says) is written as None, JSON's null."""
+        def clean(x):  # JSON has no infinity: a statistic that is not finite (the call failed) becomes null
+            return x if not isinstance(x, float) or math.isfinite(x) else None
 
         return {"subject": self.subject, "ok": self.ok, "seconds": round(self.seconds, 3), "notes": self.notes,
                 "checks": [{k: clean(v) for k, v in asdict(c).items()} for c in self.checks]}

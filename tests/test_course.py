@@ -239,6 +239,13 @@ def test_check_fails_on_the_stub(prefix):
     assert str(report).startswith("Failed:") and "not written yet" in str(report)
 
 
+def test_chapter_04_check_needs_a_test_not_the_name_of_the_right_answer():
+    from minibass.rejection import rejection_sample
+
+    report = checks.check_is_exact(lambda sampler: sampler is rejection_sample, quiet=True)
+    assert not report.passed and "textbook_sampler" in str(report)
+
+
 @pytest.mark.parametrize("prefix", sorted(EXERCISES))
 def test_check_fails_on_a_planted_wrong_answer(prefix):
     check, names, planted, kwargs = EXERCISES[prefix]

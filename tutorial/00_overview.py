@@ -20,7 +20,7 @@
 #
 # This course walks from one token at a time to batched, ragged, proven speculative decoding. Each
 # chapter answers one question, imports minibass rather than re-implementing it, measures
-# something live, and ends with an exercise that a cell checks.
+# something live, and, from chapter 01 on, ends with an exercise that a cell checks.
 #
 # ## The demo in ten lines
 #

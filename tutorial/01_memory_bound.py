@@ -42,8 +42,19 @@ target_dir, draft_dir = zoo.demo_paths()
 demo = cm.ModelShape.from_config(AutoConfig.from_pretrained(target_dir), bytes_per_element=4)  # fp32 on the CPU
 llama7b = cm.ModelShape(layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008, vocab=32000, tied=False)
 for name, shape in [("demo target (fp32)", demo), ("Llama-2-7B shape (bf16)", llama7b)]:
-    print(f"{name}: {shape.params / 1e6:.1f}M parameters; intensity at batch x tokens = "
-          + ", ".join(f"{n}: {shape.intensity(n, 1, 128):.1f}" for n in (1, 8, 64, 512)) + " FLOPs/byte")
+    print(f"{name}: {shape.params / 1e6:.1f}M parameters; intensity in FLOPs/byte, 1 new token per sequence, "
+          f"at batch B = 1, 8, 64, 512")
+    for context in (0, 128):
+        print(f"    {context:3d} cached tokens per sequence: "
+              + ", ".join(f"{shape.intensity(n, 1, context):.1f}" for n in (1, 8, 64, 512)))
+
+# %% [markdown]
+# With an empty cache the intensity grows as `2N/b`: 1, 8, 64, 512 for the 7B shape in bf16. With
+# 128 cached tokens it levels off, because every sequence also reads its own keys and values: those
+# bytes grow with `B` just as the FLOPs do, so once they outweigh the weights, more sequences no
+# longer raise the intensity (for the 7B shape, whose 32 heads each keep their own keys and
+# values, the limit is near 196). Speculation is different: the `k + 1` tokens of a verify call
+# share their sequence's cache, so they raise the intensity even when the cache dominates.
 
 # %% [markdown]
 # Now the devices. This machine's CPU is measured live (a matrix multiply for FLOP/s, a sum over a
@@ -74,8 +85,15 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to see: a 7B model decoding one token per sequence sits left of every ridge point (dotted
-# lines), on the sloped, memory-bound part of each roof, until the batch reaches the hundreds on a GPU.
+# What to see: a 7B model decoding one token per sequence (red lines: 128 cached tokens each) sits
+# left of every ridge point (dotted lines), on the sloped, memory-bound part of each roof. With an
+# empty cache it would cross a GPU's ridge point at a batch in the hundreds (the exercise below
+# computes where); with 128 cached tokens it crosses the A100's only at batch 690, and never the
+# H100's or the H200's, whose ridge points lie above the level-off near 196.
+#
+# The CPU's roofs are measured now, as the best of a few short runs; if the machine is busy they
+# come out low (then the CPU's roof can even fall below the measured calls further down): rerun
+# the cell when it is quiet.
 #
 # ## On this CPU, measured
 #
@@ -108,7 +126,8 @@ print("ms per call:", dict(zip(tokens, [round(x, 2) for x in ms])))
 #
 # Write `roofline_time(flops, bytes_, peak, bandwidth)` and `critical_batch(shape, hw)`: the
 # smallest batch at which one decode call (1 token per sequence, empty cache) becomes
-# compute-bound. Use `shape.flops(batch, 1, 0)` and `shape.bytes(batch, 1, 0)`.
+# compute-bound. Use `shape.flops(batch, 1, 0)` and `shape.bytes(batch, 1, 0)`. (The check compares
+# with `cm.critical_batch`, which the cell after it uses; write your own rather than calling it.)
 
 # %%
 def roofline_time(flops, bytes_, peak, bandwidth):
@@ -132,4 +151,7 @@ from minibass.course.checks import check_roofline
 
 check_roofline(roofline_time, critical_batch)
 for hw in cm.GPUS:
-    print(f"{hw.name}: a 7B model becomes compute-bound at batch {cm.critical_batch(llama7b, hw)}")
+    cached = cm.critical_batch(llama7b, hw, context=128)
+    print(f"{hw.name}: a 7B model decoding with an empty cache becomes compute-bound at batch "
+          f"{cm.critical_batch(llama7b, hw)}; with 128 cached tokens per sequence "
+          + (f"at batch {cached}" if cached < 1 << 16 else "never (not below batch 65,536)"))

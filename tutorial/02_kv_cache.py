@@ -14,7 +14,8 @@
 #
 # Attention at position `i` needs the keys and values of positions `0..i`. They never change once
 # computed, so the decoder keeps them: the **KV cache**, one `[2, B, Hk, C, D]` tensor per layer
-# (keys and values; `B` sequences, `Hk` kv heads, capacity `C`, head dim `D`), plus `lengths [B]`.
+# (keys and values; `B` sequences, `Hk` kv heads, capacity `C`, head dim `D`), plus `lengths [B]`:
+# sequence `b` has `c = lengths[b]` tokens cached (lowercase `c`, at most the capacity `C`).
 # A step then runs the weight matmuls for its `t` new tokens only, not for all `c + t` (attention
 # still reads the `c` cached keys: `O(t (c + t))`).
 #
@@ -106,7 +107,9 @@ print(f"mean ms per token: without cache {1e3 * sum(t_without) / len(t_without):
 
 # %%
 from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 
+hf_logging.disable_progress_bar()  # no "Loading weights" bar for a 10 M-parameter model
 target_dir, _ = zoo.demo_paths()
 hf = AutoModelForCausalLM.from_pretrained(target_dir).float().eval()  # float32, as minibass loads it
 prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(size(3, 6))]
@@ -123,7 +126,8 @@ for prompt_ids, mine in zip(prompts, ours):
 #
 # Write `positions_of(q_lens, lengths)`: the absolute position of every packed token, a long
 # tensor `[sum(q_lens)]`. Token `j` of sequence `b` in this step sits at `lengths[b] + j`.
-# (`torch.repeat_interleave` and `torch.cumsum` help; a loop is fine too.)
+# (`torch.repeat_interleave` and `torch.cumsum` help; a loop is fine too. The check compares your
+# answer with `minibass.cache.pack_positions`, so write it without calling that.)
 
 # %%
 import torch

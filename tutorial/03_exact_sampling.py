@@ -84,8 +84,10 @@ print("emitted frequencies", freq.numpy().round(4), " p", p.numpy())
 # Write the single-position rule as two functions over float64 tensors `[V]`:
 # `accept_probability(p, q, x)` (the probability of keeping draft token `x`) and
 # `residual(p, q)` (the distribution to resample from after a rejection). The check enumerates the
-# output distribution for many `(p, q)` (zeros included, and `p == q`) and requires total
-# variation ≤ 1e-12 from `p`, then samples 100,000 rows with your functions and runs a G-test.
+# output distribution for many `(p, q)` (zeros included, and `p == q`) and requires its **total
+# variation** from `p`, TV = ½ Σ_x |out(x) − p(x)| (the largest difference in probability the two
+# give any set of tokens), to be at most 1e-12; then it samples 100,000 rows with your functions and
+# runs a G-test, a goodness-of-fit test of the counts against `p` that chapter 04 explains.
 
 # %%
 import torch

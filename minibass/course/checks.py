@@ -84,8 +84,13 @@ def check_positions(report: Report, positions_fn):
     for q_lens, lengths in cases:
         q, c = torch.tensor(q_lens), torch.tensor(lengths)
         want = pack_positions(q, c)[2]
-        got = torch.as_tensor(positions_fn(q.clone(), c.clone())).long().flatten()
+        answer = positions_fn(q.clone(), c.clone())
         report.cases += 1
+        if not torch.is_tensor(answer) or answer.dtype != torch.long:
+            report.rows.append({"q_lens": q_lens, "lengths": lengths, "expected": "a long tensor",
+                                "got": str(answer.dtype) if torch.is_tensor(answer) else type(answer).__name__})
+            continue
+        got = answer.flatten()
         if got.shape != want.shape or not torch.equal(got, want):
             report.rows.append({"q_lens": q_lens, "lengths": lengths, "expected": want.tolist(), "got": got.tolist()})
 
@@ -157,13 +162,23 @@ def _r(t) -> str:
 
 # ---- chapter 04: telling exact samplers from broken ones ---------------------------------------------------
 
-@_check("is_exact classifies the correct sampler and every known bug")
+def textbook_sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """A second exact rejection step, written apart from ``rejection_sample``: the textbook step every
+    known bug starts from, with nothing replaced (it draws its uniforms in its own order)."""
+    from ..oracle.known_bugs import _inputs, _textbook
+
+    return _textbook(draft_tokens, *_inputs(draft_probs, target_probs, generator, draft_tokens.shape[1]))
+
+
+@_check("is_exact classifies two exact samplers and every known bug")
 def check_is_exact(report: Report, is_exact):
-    """is_exact(sampler) -> bool, for rejection_sample (True) and each oracle.known_bugs.SAMPLERS (False)."""
+    """is_exact(sampler) -> bool, for rejection_sample and a second exact sampler (True) and each
+    oracle.known_bugs.SAMPLERS (False)."""
     from ..oracle.known_bugs import SAMPLERS
     from ..rejection import rejection_sample
 
     for name, sampler, want in [("rejection_sample", rejection_sample, True),
+                                ("textbook_sampler (also exact)", textbook_sampler, True),
                                 *((n, s, False) for n, s in SAMPLERS.items())]:
         got = bool(is_exact(sampler))
         report.cases += 1

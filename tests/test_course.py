@@ -246,6 +246,19 @@ def test_chapter_04_check_needs_a_test_not_the_name_of_the_right_answer():
     assert not report.passed and "textbook_sampler" in str(report)
 
 
+@pytest.mark.parametrize("k", [2, 8])
+def test_chapter_09_check_fails_a_fixed_length_even_the_best_one_of_either_draft(k):
+    class Fixed:
+        def lengths(self, active):
+            return [k] * len(active)
+
+        def update(self, active, proposed, accepted):
+            pass
+
+    report = checks.check_policy(Fixed, quiet=True)
+    assert not report.passed and "cost per token" in str(report)
+
+
 @pytest.mark.parametrize("prefix", sorted(EXERCISES))
 def test_check_fails_on_a_planted_wrong_answer(prefix):
     check, names, planted, kwargs = EXERCISES[prefix]

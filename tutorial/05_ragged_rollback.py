@@ -76,8 +76,8 @@ for b, ax in enumerate(axes):
     ax.set_xlabel("cache slot (position)")
 axes[0].set_ylabel("step")
 handles = [plt.matplotlib.patches.Patch(color=colors(i), label=t) for i, t in enumerate(["empty", "stale", "valid"])]
-fig.legend(handles=handles, loc="upper right", fontsize=8)
-fig.tight_layout()
+fig.tight_layout(rect=(0, 0, 1, 0.9))  # room above the panels for the legend
+fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8)
 plt.show()
 
 # %% [markdown]
@@ -88,7 +88,8 @@ plt.show()
 # ## Exercise
 #
 # A sequence has `m` tokens, so its target cache holds `target_len = m − 1`. It drafts `k` tokens
-# and accepts `n` of them (`0 ≤ n ≤ k`). Write `kept_lengths(target_len, k, n)`, returning the
+# (`k ≥ 1`; a sequence that drafts nothing takes a plain target step instead) and accepts `n` of
+# them (`0 ≤ n ≤ k`). Write `kept_lengths(target_len, k, n)`, returning the
 # lengths of the target cache and of the draft cache after roll-back. Hints: after the step the
 # sequence has `m + n + 1` tokens; the draft was fed the catch-up tokens and then its own drafts
 # `x_1 … x_{k−1}` (never `x_k`, which it sampled last), so its cache reached `m + k − 1`.

@@ -41,17 +41,24 @@ for name in ("naive", "split", "padded", "ragged"):
           f"moves {c.bytes[name] / 1e6:6.2f} MB, {c.launches[name]:3d} attention launches per layer")
 
 # %% [markdown]
+# What to see: naive and split compute each sequence's rectangle of queries × keys (1.02×: only the
+# masked causal corner is extra); PAD computes every sequence as long as the longest. The ragged
+# kernel computes in tiles: a block of 16 rows of (query, head in the group) against blocks of 64
+# keys, so a sequence with 1 to 5 queries still pays a whole block of 16 rows, and its last block
+# of keys is rounded up to 64 — 4.3× here, on a GPU nearly free, since those tiles are read once and
+# the work runs on tensor cores. What the kernel saves is bytes and launches: it reads each
+# sequence's keys and values once, for all the heads of a group, in one launch.
+#
 # ## PAD's waste grows with the spread of lengths
 #
-# Eight sequences with mean cache length 256 and lengths spread uniformly by ± `spread`; each
-# verifies 5 tokens:
+# Eight sequences with mean cache length 256 and lengths spread evenly by ± `spread` (from
+# 256 − spread to 256 + spread); each verifies 5 tokens:
 
 # %%
-rng = np.random.default_rng(0)
 spreads = np.linspace(0, 250, 11)
 waste = []
 for spread in spreads:
-    kvs = (256 + rng.uniform(-spread, spread, size=8)).astype(int).tolist()
+    kvs = (256 + np.linspace(-spread, spread, 8)).astype(int).tolist()
     waste.append(cost([5] * 8, kvs, n_heads=8, n_kv_heads=4, head_dim=64).waste("padded"))
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
 ax.plot(spreads, waste, "o-")
@@ -116,7 +123,10 @@ plt.show()
 # `kv_lens[b] − q_lens[b] + i` and sees keys up to that position). Scatter the queries into a
 # zero-padded `[B, Tq, H, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask
 # padding and future keys to `−inf` **before** the softmax, and gather the valid rows back into
-# `[N, H, D]`. Careful: stale cache slots hold NaN, and `0 · NaN = NaN`.
+# `[N, H, D]`. Careful: stale cache slots hold NaN, and `0 · NaN = NaN`. Scale the scores by the
+# keyword `scale`, or by `D ** -0.5` when it is None (the check also passes an explicit one). The
+# check compares with the specification, so write the padding yourself rather than calling
+# `BACKENDS["padded"]`.
 
 # %%
 import torch

@@ -44,8 +44,10 @@ for hk in range(Hk):
 # $$ m' = \max(m, \max_j s_j),\quad l' = \alpha\, l + \sum_j e^{s_j - m'},\quad
 #    \text{acc}' = \alpha\, \text{acc} + \sum_j e^{s_j - m'} v_j,\qquad \text{out} = \text{acc} / l. $$
 #
-# Here it is in plain torch for one row block of one sequence, printing the state after each key
-# block — the same arithmetic the kernel does in `ragged_kernel.py` (its loop `for start_n in range(0, hi, BLOCK_N)`).
+# Here it is for one row block of one sequence, printing the state after each key block — the same
+# arithmetic the kernel does in `ragged_kernel.py` (its loop `for start_n in range(0, hi, BLOCK_N)`).
+# One block's update is `update` below; writing it yourself is the exercise at the end, so it is
+# imported here (`minibass.course.checks.online_softmax_reference` has it, in four lines).
 
 # %%
 g = torch.Generator().manual_seed(0)
@@ -53,13 +55,13 @@ D, kv_len, BLOCK_N = 16, 70, 16
 q = torch.randn(4, D, generator=g, dtype=torch.float64)  # 4 rows
 k, v = torch.randn(kv_len, D, generator=g, dtype=torch.float64), torch.randn(kv_len, D, generator=g, dtype=torch.float64)
 scores = q @ k.T * D ** -0.5  # (4, kv_len), all keys visible here
+from minibass.course.checks import online_softmax_reference as update
+
 m_i, l_i, acc = torch.full((4,), float("-inf"), dtype=torch.float64), torch.zeros(4, dtype=torch.float64), torch.zeros(4, D, dtype=torch.float64)
 for start in range(0, kv_len, BLOCK_N):
     s = scores[:, start:start + BLOCK_N]
-    m_new = torch.maximum(m_i, s.max(1).values)
-    alpha = torch.exp(m_i - m_new)
-    p = torch.exp(s - m_new[:, None])
-    l_i, acc, m_i = alpha * l_i + p.sum(1), alpha[:, None] * acc + p @ v[start:start + BLOCK_N], m_new
+    alpha = torch.exp(m_i - torch.maximum(m_i, s.max(1).values))  # the rescaling this block applies
+    m_i, l_i, acc = update(m_i, l_i, acc, s, v[start:start + BLOCK_N])
     print(f"keys {start:2d}..{min(start + BLOCK_N, kv_len) - 1:2d}: m_i {m_i.numpy().round(3)}  "
           f"l_i {l_i.numpy().round(3)}  alpha {alpha.numpy().round(3)}")
 print("max |acc / l - softmax(s) v| =", float((acc / l_i[:, None] - torch.softmax(scores, 1) @ v).abs().max()))

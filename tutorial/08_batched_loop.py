@@ -90,8 +90,11 @@ print(f"acceptance rate {run.stats.acceptance_rate:.2f}, mean accepted per step 
 # 4. `emit(s, drafts, n, y, eos_token_id)`, then `phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)`
 #
 # and return `n`. Wrap each phase in `with timer("draft"):` (and `"verify"`, `"accept"`; step 4,
-# both calls, in `"rollback"`), which the cost-aware draft length reads. The check runs the real loop with your
-# step: greedy equality with `generate`, and a G-test of sampled outputs against the exact distribution.
+# both calls, in `"rollback"`): the four times add up in `stats.time_split`, and the loop hands the
+# draft phase's time to the draft-length policy (the cost-aware one prices a draft call with it).
+# The check runs the real loop with your step: greedy equality with `generate`, all four phases
+# timed, and a G-test of sampled outputs against the exact distribution. (It refuses
+# `minibass.speculative.step` itself: assemble your own.)
 
 # %%
 from minibass.speculative import emit

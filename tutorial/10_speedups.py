@@ -19,7 +19,8 @@
 #
 # Everything in it can be measured: the three call costs (at the batch size in use) and `α`.
 # Below, speculative decoding (k = 4) against regular decoding on the demo pair, live, with the
-# prediction from the costs measured in a calibration run at the same batch size.
+# prediction from the call costs measured in a calibration run at the same batch size and the
+# acceptance `α` of the live runs themselves (the exercise predicts from the calibration's `α`).
 
 # %%
 import matplotlib.pyplot as plt
@@ -61,7 +62,8 @@ plt.show()
 # %% [markdown]
 # What to see: at batch 1 the prediction and the measurement are usually close (both are noisy:
 # timings on a laptop move by 10–30 % from run to run, which is why each number above is a median
-# of three runs). At larger batches one effect the formula leaves out pulls the measurement below
+# of three runs; on a busy machine they can differ by far more: run the cells again when it is
+# quiet). At larger batches one effect the formula leaves out pulls the measurement below
 # it: a batch steps until its *slowest* sequence is done, so its pace is the slowest sequence's
 # tokens per step, not the mean. Compare the verify and draft columns across batches: where the
 # verify call costs more regular steps, both curves fall. How fast that happens depends on the
@@ -101,6 +103,12 @@ ax.set_title("PREDICTION: 7B target, 160M-shape draft, k = 4, α = 0.8 assumed",
 ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+for hw in cm.GPUS:
+    critical = cm.critical_batch(llama7b, hw, tokens=5, context=512)
+    ratio = cm.step_time(llama7b, hw, 256, 5, 512) / cm.step_time(llama7b, hw, 256, 1, 512)
+    print(f"{hw.name}: a verify of 5 tokens per sequence (512 cached) turns compute-bound at batch "
+          + (f"{critical}" if critical < 1 << 16 else "never (not below 65,536)")
+          + f"; at batch 256 it costs {ratio:.2f} regular steps")
 
 # %% [markdown]
 # How to read the recorded GPU results (one H200, one run each; `docs/benchmarks.md` has them
@@ -120,8 +128,11 @@ plt.show()
 # bandwidth.
 #
 # What to see (a prediction, from spec-sheet roofs with no fixed costs): speculation pays while the
-# verify call stays memory-bound and fades as the batch approaches the critical batch of chapter 01,
-# where a verify of `k + 1` tokens per sequence costs `k + 1` times a regular step.
+# verify call stays memory-bound, where its `k + 1` tokens per sequence cost about one regular step.
+# It fades past the verify call's own critical batch (chapter 01's `critical_batch`, with
+# `tokens=5` and the 512 cached tokens), printed under the plot: from there on a verify costs more
+# and more regular steps. On the H100 that never happens below batch 65,536: with 512 cached tokens
+# per sequence the intensity levels off below its ridge point, so its curve stays high.
 #
 # ## The paper's figures on the same model
 #

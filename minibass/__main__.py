@@ -356,12 +356,13 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
     except (ValueError, FileNotFoundError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as other shell tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
-        code = 1
+        code = 141  # 128 + SIGPIPE, the shell's status for a writer whose reader left
     sys.exit(code)
 
 

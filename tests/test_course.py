@@ -243,10 +243,45 @@ def test_chapter_04_check_needs_a_test_not_the_name_of_the_right_answer():
     from minibass.rejection import rejection_sample
 
     report = checks.check_is_exact(lambda sampler: sampler is rejection_sample, quiet=True)
-    assert not report.passed and "textbook_sampler" in str(report)
+    assert not report.passed and "known_bugs.textbook" in str(report)
 
 
-@pytest.mark.parametrize("k", [2, 8])
+def test_checks_refuse_minibass_own_answers():
+    from minibass.attention import BACKENDS
+    from minibass.speculative import step
+
+    assert not checks.check_padded_attention(BACKENDS["padded"], quiet=True).passed
+    assert not checks.check_step(step, quiet=True).passed
+    assert not checks.check_online_softmax(checks.online_softmax_reference, quiet=True).passed
+
+
+def test_chapter_08_check_wants_every_phase_timed():
+    from minibass.speculative import emit
+
+    def untimed_rollback(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
+        with timer("draft"):
+            drafts, q = phases.draft(draft, s.draft_cache, s.history, s.seq_lens, draft_lens, sampling, streams,
+                                     attention)
+        with timer("verify"):
+            p = phases.verify(target, s.target_cache, s.history, s.seq_lens, drafts, draft_lens, s.active, sampling,
+                              attention)
+        with timer("accept"):
+            n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)
+        emit(s, drafts, n, y, eos_token_id)  # right, but not timed
+        phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)
+        return n
+
+    report = checks.check_step(untimed_rollback, quiet=True)
+    assert not report.passed and "missing rollback" in str(report)
+
+    def raises_its_own_key_error(*args):
+        raise KeyError("oops")
+
+    report = checks.check_step(raises_its_own_key_error, quiet=True)  # shown as raised, not as a missing timer
+    assert not report.passed and "oops" in str(report) and "timer" not in str(report)
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
 def test_chapter_09_check_fails_a_fixed_length_even_the_best_one_of_either_draft(k):
     class Fixed:
         def lengths(self, active):

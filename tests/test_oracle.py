@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -561,10 +562,41 @@ def test_cli_uniforms_take_an_adapter_name_and_the_generator_a_head_dim(monkeypa
 def test_adapters_are_reachable_from_the_package_and_a_closed_pipe_ends_quietly():
     code = "from minibass import oracle; print(callable(oracle.adapters.transformers_sampler))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
-    # `... | head`: the reader closes the pipe before the verdict is printed.
+    # `... | head`: the reader closes the pipe before the verdict is printed; stdout buffered, as by default.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.Popen([sys.executable, "-m", "minibass", "oracle", "attention", "minibass", "--cases", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     proc.stdout.close()
     err = proc.stderr.read()
     proc.wait()
-    assert "Traceback" not in err and "BrokenPipe" not in err and proc.returncode == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err and proc.returncode == 141, err
+
+
+def test_the_textbook_step_is_exact():
+    oracle.check_sampler(known_bugs.textbook, rows=BUG_ROWS).raise_for_failure()
+
+
+@pytest.mark.parametrize("head_dim", [0, 3, -8, True, 8.0])
+def test_the_generator_pair_needs_an_even_head_dim(head_dim):
+    with pytest.raises(ValueError, match="head_dim must be an even int"):
+        oracle.check_generator(adapters.minibass_generator, head_dim=head_dim)
+
+
+def test_dtypes_given_as_a_string_are_refused():
+    with pytest.raises(ValueError, match="torch dtypes"):
+        oracle.check_attention(BACKENDS["naive"], dtypes="float32")
+
+
+def test_cli_uniforms_from_a_module_and_an_empty_name(tmp_path, monkeypatch, capsys):
+    from minibass.__main__ import main
+
+    (tmp_path / "edge_engine.py").write_text("from minibass.rejection import rejection_sample, accept_and_resample\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "sampler", "edge_engine:rejection_sample", "--uniforms", "edge_engine:accept_and_resample",
+              "--rows", "500"])
+    out = capsys.readouterr().out
+    assert exit_status.value.code == 0 and "edge uniforms" in out
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "sampler", "edge_engine:rejection_sample", "--uniforms", ""])
+    assert exit_status.value.code == 2 and "--uniforms must be" in capsys.readouterr().err

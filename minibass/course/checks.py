@@ -162,23 +162,15 @@ def _r(t) -> str:
 
 # ---- chapter 04: telling exact samplers from broken ones ---------------------------------------------------
 
-def textbook_sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
-    """A second exact rejection step, written apart from ``rejection_sample``: the textbook step every
-    known bug starts from, with nothing replaced (it draws its uniforms in its own order)."""
-    from ..oracle.known_bugs import _inputs, _textbook
-
-    return _textbook(draft_tokens, *_inputs(draft_probs, target_probs, generator, draft_tokens.shape[1]))
-
-
 @_check("is_exact classifies two exact samplers and every known bug")
 def check_is_exact(report: Report, is_exact):
     """is_exact(sampler) -> bool, for rejection_sample and a second exact sampler (True) and each
     oracle.known_bugs.SAMPLERS (False)."""
-    from ..oracle.known_bugs import SAMPLERS
+    from ..oracle.known_bugs import SAMPLERS, textbook
     from ..rejection import rejection_sample
 
     for name, sampler, want in [("rejection_sample", rejection_sample, True),
-                                ("textbook_sampler (also exact)", textbook_sampler, True),
+                                ("known_bugs.textbook (also exact)", textbook, True),
                                 *((n, s, False) for n, s in SAMPLERS.items())]:
         got = bool(is_exact(sampler))
         report.cases += 1
@@ -245,6 +237,11 @@ def online_softmax_reference(m_i, l_i, acc, scores, v):
 @_check("online softmax: one KV block at a time equals the whole softmax")
 def check_online_softmax(report: Report, step_fn):
     """step_fn(m_i [M], l_i [M], acc [M, D], scores [M, N], v [N, D]) -> (m_new, l_new, acc_new)."""
+    if step_fn is online_softmax_reference:
+        report.cases += 1
+        report.rows.append({"case": "your own code", "expected": "an update you wrote",
+                            "got": "the reference the chapter imports"})
+        return
     g = torch.Generator().manual_seed(7)
     for case in range(12):
         m_rows, d, blocks, n = 1 + case % 5, 3 + case % 4, 1 + case % 4, 16
@@ -308,15 +305,15 @@ def _fit(report: Report, label: str, run, target, n_tokens: int = 2, samples: in
                             "statistic": test.statistic, "threshold": critical_value(test.dof, alpha)})
 
 
-@_check("an assembled step: greedy equality and the output distribution")
+@_check("an assembled step: greedy equality, its four phases timed, and the output distribution")
 def check_step(report: Report, step_fn):
     """step_fn has the signature of minibass.speculative.step; it replaces the loop's step. It must time its
     four phases (``timer("draft")`` ... ``timer("rollback")``), as the loop's stats and ``"auto"`` read them."""
     from .. import SamplingParams, generate, speculative_generate
     from ..speculative import step
 
-    report.cases += 1
     if step_fn is step:
+        report.cases += 1
         report.rows.append({"check": "your own code", "expected": "a step you assembled",
                             "got": "minibass.speculative.step itself"})
         return
@@ -329,6 +326,9 @@ def check_step(report: Report, step_fn):
         try:
             result = speculative_generate(target, draft, prompts, 12, sampling=greedy, draft_length=k, step=step_fn)
         except KeyError as e:  # the loop reads timer.last["draft"] after every step
+            if not e.args or e.args[0] not in phases:
+                raise
+            report.cases += 1
             report.rows.append({"check": f"greedy, k={k}", "expected": "a step that times its phases",
                                 "got": f"no timer({e}) block: wrap each phase in `with timer(name):`"})
             return
@@ -363,13 +363,19 @@ def policy_cost(policy_or_k, *, batch: int = 64, tokens: int = 64, seed: int = 0
     return sum(costs.step(k) for k in result.stats.draft_lengths) / result.stats.new_tokens
 
 
-# Two drafts, one close to the target (the best fixed k is 8) and one far from it (the best is 2): no single
-# fixed length is within the margin on both, so a policy passes only if it adapts to what it sees.
+# Two drafts, one close to the target (the best fixed k is 6) and one far from it (the best is 2): no single
+# fixed length is within the margin on both, so a policy passes only if it adapts to what it sees. Each cost
+# is the mean over POLICY_SEEDS runs, so that one lucky run does not decide the best fixed k.
 POLICY_DRAFTS = {"close draft (acceptance ~0.86)": 0.2, "far draft (acceptance ~0.32)": 3.0}
+POLICY_SEEDS = (0, 1, 2)
+
+
+def _mean_policy_cost(make, noise: float) -> float:
+    return sum(policy_cost(make(), noise=noise, seed=seed) for seed in POLICY_SEEDS) / len(POLICY_SEEDS)
 
 
 @_check("a draft-length policy: exact output, cost near the best fixed k with a close and a far draft")
-def check_policy(report: Report, make_policy, margin: float = 0.15):
+def check_policy(report: Report, make_policy, margin: float = 0.10):
     """make_policy() -> a fresh policy object (lengths / update, see minibass.draft_length)."""
     from .. import speculative_generate
 
@@ -377,8 +383,8 @@ def check_policy(report: Report, make_policy, margin: float = 0.15):
     _fit(report, "sampled", lambda p, n, seed: speculative_generate(
         target, draft, p, n, draft_length=make_policy(), seed=seed).tokens, target)
     for label, noise in POLICY_DRAFTS.items():
-        best = min((policy_cost(k, noise=noise), k) for k in range(1, 9))
-        got = policy_cost(make_policy(), noise=noise)
+        best = min((_mean_policy_cost(lambda k=k: k, noise), k) for k in range(1, 9))
+        got = _mean_policy_cost(make_policy, noise)
         report.cases += 1
         if got > best[0] * (1 + margin):
             report.rows.append({"check": f"cost per token (regular steps), {label}",

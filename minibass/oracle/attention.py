@@ -180,6 +180,8 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     """
     if cases < 1:
         raise ValueError(f"cases must be >= 1, got {cases}")
+    if isinstance(dtypes, str):
+        raise ValueError(f"dtypes are torch dtypes (torch.float32, ...), got the string {dtypes!r}")
     dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
     unknown = [d for d in dtypes if d not in ATOL]
     if unknown or not dtypes:
@@ -202,8 +204,8 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
                 failing = failing or f"{case}; {problem}"  # cases are sorted: the first is the smallest
         detail = ""
         if n_failed:
-            detail = f"smallest: {failing}" + (f". Worst: {worst_case}" if worst_case != failing else " (also the worst)")
-            detail += f". {n_failed} of {len(all_cases)} cases failed"
+            worst_too = f". Worst: {worst_case}" if worst_case != failing else " (also the worst)"
+            detail = f"smallest: {failing}{worst_too}. {n_failed} of {len(all_cases)} cases failed"
         verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
                     detail=detail)

@@ -113,7 +113,7 @@ def run(args) -> int:
     fn_name, uniforms_name = adapters.get(args.target, (args.target, None))
     fn = resolve(fn_name, sorted(adapters))
     uniforms = None
-    if args.uniforms:  # resolved before anything runs: a typo costs nothing
+    if args.uniforms is not None:  # resolved before anything runs: a typo costs nothing
         name = adapters[args.uniforms][1] if args.uniforms in adapters else args.uniforms
         uniforms = resolve(name, sorted(adapters), option="--uniforms")
     elif uniforms_name:

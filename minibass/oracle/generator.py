@@ -134,6 +134,8 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
         raise ValueError(f"need 1 <= n_tokens <= {longest} and samples >= 10, got {n_tokens} and {samples}")
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be an even int >= 2 (rotary embeddings rotate pairs), got {head_dim!r}")
     stats.check_alpha(alpha)
     started = time.perf_counter()
     verdict = Verdict(f"generator {name or getattr(generate_fn, '__qualname__', repr(generate_fn))}")

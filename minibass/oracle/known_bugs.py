@@ -49,6 +49,13 @@ def _inputs(draft_probs, target_probs, generator, k):
     return draft_probs.double(), target_probs.double(), u
 
 
+def textbook(draft_tokens, draft_probs, target_probs, *, generator=None):
+    """The textbook step with nothing replaced: exact, and not a bug (so not in ``SAMPLERS``). It is an
+    exact sampler written apart from ``rejection_sample`` (it draws its uniforms in its own order); the
+    course's chapter 04 check uses it so that an answer must test a sampler, not recognise one."""
+    return _textbook(draft_tokens, *_inputs(draft_probs, target_probs, generator, draft_tokens.shape[1]))
+
+
 def residual_not_normalised(draft_tokens, draft_probs, target_probs, *, generator=None):
     """Wrong residual: the inverse CDF of max(0, p - q) is read without dividing by its total, so a
     uniform beyond the residual's mass falls on the last token (the class of vLLM PR #2336, whose

@@ -193,7 +193,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
         joint = stats.g_test(possible, exact)
         verdict.add_g_test(f"[{setup}] joint G-test", joint, level,
                            what=f"total variation {stats.total_variation(exact, observed):.4f}; ",
-                           detail=stats.worst_cells(exact, observed, words=event_words))
+                           detail=stats.worst_cells(exact, possible, words=event_words))
         powers.append(f"{setup} {stats.detectable_tv(rows, joint.dof, level):.4f}")
         views = [(f"position {j + 1} marginal" + (" (bonus token)" if j == K else ""),
                   stats.marginal_events(exact, observed, j)) for j in range(K + 1)]

@@ -138,6 +138,10 @@ def test_a_draft_goes_on_distilling_half_on_text_the_target_wrote(tmp_path):
     with pytest.raises(SystemExit):
         train.main(["--out", str(tmp_path / "third"), "--fast", "--draft-from", str(first / "draft")])
 
+    with pytest.raises(SystemExit):  # a new draft from the target, or go on with a trained one: not both
+        train.main(["--out", str(tmp_path / "fourth"), "--fast", "--target-from", str(first / "target"),
+                    "--draft-from", str(first / "draft"), "--draft-init", "target"])
+
     # The first half of the continuations is the target's greedy text, the second half sampled.
     stream = torch.randint(0, 300, (500,), generator=torch.Generator().manual_seed(0))
     rows = train.target_continuations(first / "target", stream, 4, 31, 8, torch.Generator().manual_seed(1))
@@ -310,3 +314,29 @@ def test_auto_constants_script_scores_against_the_best_fixed_length(tmp_path, ca
     script["main"](["--json", str(tmp_path / "p.json"), "--pulls", "2", "10", "--orders", "2"])
     out = capsys.readouterr().out
     assert out.count("verify slope x0.6") == 2 and "2 prompt sets" in out
+
+
+def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_path):
+    """--draft-init target copies the target's embeddings, first layers and final norm, so the draft starts
+    as the target's early exit: the same logits as the target's norm and head applied after layer 1. A
+    draft of another width is refused; the CLI trains such a draft end to end."""
+    from minibass.zoo import train
+
+    torch.manual_seed(0)
+    target = train.llama(300, *train.parse_shape("3x64"), 128, 0).eval()
+    draft = train.llama(300, *train.parse_shape("1x64"), 128, 0).eval()
+    x = torch.randint(0, 300, (2, 11))
+    with torch.no_grad():
+        before = draft(x).logits
+        train.init_from_target(draft, target)
+        after = draft(x).logits
+        early = target(x, output_hidden_states=True).hidden_states[1]
+        expected = target.lm_head(target.model.norm(early))
+    assert not torch.allclose(before, expected, atol=1e-3)
+    torch.testing.assert_close(after, expected)
+    with pytest.raises(ValueError, match="hidden size"):
+        train.init_from_target(train.llama(300, *train.parse_shape("1x32"), 128, 0), target)
+
+    train.main(["--out", str(tmp_path / "pair"), "--fast", "--draft-init", "target"])
+    assert minibass.load_model(tmp_path / "pair" / "draft").config.hidden_size == 64
+    assert "`--draft-init target`" in (tmp_path / "pair" / "draft" / "README.md").read_text()

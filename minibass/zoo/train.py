@@ -26,6 +26,8 @@ length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` 
    training-text openings, half greedy, half sampled at temperature 1): the text the draft
    will have to predict when it drafts for the target (on-policy distillation, as in
    DistillSpec, Zhou et al. 2024). ``--draft-from`` starts from a trained draft.
+   ``--draft-init target`` starts a draft as wide as the target from the target's embeddings,
+   first layers and final norm (the target cut short, an early exit), instead of at random.
    ``--draft-loss tv`` minimises the total-variation distance instead, 1 - sum min(p, q): one minus
    the chance that a temperature-1 draft token is accepted (DistillSpec compares both).
 5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
@@ -152,6 +154,28 @@ def pretrained(folder: Path):
     model = LlamaForCausalLM.from_pretrained(folder, **hf_dtype(torch.float32))
     c = model.config
     return model, (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads)
+
+
+def init_from_target(draft, target) -> None:
+    """Copies the target's token embeddings, its first ``len(draft layers)`` layers and its final norm into
+    the draft, which starts as the target cut short after those layers (an early exit) instead of at random.
+
+    The two must have the same hidden size and head layout; anything else raises ``ValueError``.
+    """
+    d, t = draft.config, target.config
+    same = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+    if any(getattr(d, a) != getattr(t, a) for a in same) or d.num_hidden_layers > t.num_hidden_layers:
+        raise ValueError("--draft-init target needs a draft with the target's hidden size, heads and vocabulary "
+                         f"and no more layers: draft {[getattr(d, a) for a in same]}, {d.num_hidden_layers} layers; "
+                         f"target {[getattr(t, a) for a in same]}, {t.num_hidden_layers} layers")
+    m = draft.model
+    with torch.no_grad():
+        m.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        m.norm.weight.copy_(target.model.norm.weight)
+        for mine, theirs in zip(m.layers, target.model.layers):
+            mine.load_state_dict(theirs.state_dict())
+    if not d.tie_word_embeddings:
+        draft.lm_head.weight.data.copy_(target.lm_head.weight)
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -335,15 +359,20 @@ def main(argv=None):
     parser.add_argument("--draft-loss", choices=["kl", "tv"], default="kl",
                         help="kl: KL(target || draft), the default; tv: the total-variation distance, which is "
                              "1 - the chance that a draft token sampled at temperature 1 is accepted")
+    parser.add_argument("--draft-init", choices=["random", "target"], default="random",
+                        help="target: start the draft from the target's token embeddings, first layers and final "
+                             "norm (the draft's hidden size must be the target's); random: transformers' own init")
     parser.add_argument("--on-policy", type=int, default=0, metavar="N",
                         help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
     if args.fast:
         args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
-        args.target_shape, args.draft_shape = "2x64", "1x32"
+        args.target_shape, args.draft_shape = "2x64", "1x64" if args.draft_init == "target" else "1x32"
         args.on_policy = min(args.on_policy, 4)
     if args.draft_from is not None and args.target_from is None:
         parser.error("--draft-from needs --target-from (a draft goes on distilling from the target it was made for)")
+    if args.draft_from is not None and args.draft_init != "random":
+        parser.error("--draft-init target starts a new draft; --draft-from goes on with a trained one: give one of them")
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
@@ -404,6 +433,8 @@ def main(argv=None):
         return torch.nn.functional.kl_div(student.reshape(-1, vocab), teacher.reshape(-1, vocab),
                                           log_target=True, reduction="batchmean")  # KL(target || draft)
 
+    if args.draft_init == "target" and not (tmp / "draft.pt").exists():  # (a resumed run loads its checkpoint)
+        init_from_target(draft, target)
     data = batches(train_stream, args.batch, args.seq_len, gen)
     if args.on_policy:
         written_file = tmp / "on_policy.pt"  # made once, kept for --resume
@@ -453,6 +484,10 @@ def main(argv=None):
             continue
         hidden, layers, heads, kv_heads = shapes[name]
         history = ""
+        if name == "draft" and args.draft_init == "target":
+            first = "first layer" if layers == 1 else f"first {layers} layers"
+            history += (f"; started from the target's token embeddings, {first} and final norm, an early exit of "
+                        f"the target (`--draft-init target`)")
         if name == "draft" and args.on_policy:
             history += (f"; half of every batch from {args.on_policy} continuations written by the target "
                         f"(half greedy, half at temperature 1; writing them took {written['seconds'] / 60:.1f} min)")

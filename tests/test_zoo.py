@@ -339,4 +339,5 @@ def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_pa
 
     train.main(["--out", str(tmp_path / "pair"), "--fast", "--draft-init", "target"])
     assert minibass.load_model(tmp_path / "pair" / "draft").config.hidden_size == 64
-    assert "`--draft-init target`" in (tmp_path / "pair" / "draft" / "README.md").read_text()
+    card = (tmp_path / "pair" / "draft" / "README.md").read_text()
+    assert "`--draft-init target`" in card and "Llama: 1 layer, hidden 64" in card

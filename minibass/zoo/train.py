@@ -311,7 +311,7 @@ tags: [minibass, speculative-decoding, demo]
 
 | | |
 |---|---|
-| architecture | Llama: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, tied embeddings, {params:,} parameters |
+| architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, tied embeddings, {params:,} parameters |
 | weights | bfloat16 safetensors |
 | corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {n_held} held-out files ({held_tokens:,} tokens), split by path hash |
 | training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
@@ -497,7 +497,8 @@ def main(argv=None):
             history += (f"; started from the draft in `{args.draft_from}`" +
                         (f", made by `python -m minibass.zoo.train {before['argv']}` in "
                          f"{before['minutes']['draft']:.1f} min" if "argv" in before else ""))
-        card = MODEL_CARD.format(role=name, summary=summary[name], layers=layers, hidden=hidden, heads=heads,
+        card = MODEL_CARD.format(role=name, summary=summary[name], hidden=hidden, heads=heads,
+                                 layers="1 layer" if layers == 1 else f"{layers} layers",
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
                                  steps=args.target_steps if name == "target" else args.draft_steps,
                                  minutes=target_minutes if name == "target" else draft_minutes,

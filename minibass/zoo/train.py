@@ -160,13 +160,15 @@ def init_from_target(draft, target) -> None:
     """Copies the target's token embeddings, its first ``len(draft layers)`` layers and its final norm into
     the draft, which starts as the target cut short after those layers (an early exit) instead of at random.
 
-    The two must have the same hidden size and head layout; anything else raises ``ValueError``.
+    The two must have the same hidden size, head layout, vocabulary and tying of the embeddings to the
+    head; anything else raises ``ValueError``.
     """
     d, t = draft.config, target.config
-    same = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+    same = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings")
     if any(getattr(d, a) != getattr(t, a) for a in same) or d.num_hidden_layers > t.num_hidden_layers:
-        raise ValueError("--draft-init target needs a draft with the target's hidden size, heads and vocabulary "
-                         f"and no more layers: draft {[getattr(d, a) for a in same]}, {d.num_hidden_layers} layers; "
+        raise ValueError("--draft-init target needs a draft with the target's hidden size, heads, vocabulary "
+                         f"and tying, and no more layers: draft {[getattr(d, a) for a in same]}, "
+                         f"{d.num_hidden_layers} layers; "
                          f"target {[getattr(t, a) for a in same]}, {t.num_hidden_layers} layers")
     m = draft.model
     with torch.no_grad():
@@ -174,8 +176,8 @@ def init_from_target(draft, target) -> None:
         m.norm.weight.copy_(target.model.norm.weight)
         for mine, theirs in zip(m.layers, target.model.layers):
             mine.load_state_dict(theirs.state_dict())
-    if not d.tie_word_embeddings:
-        draft.lm_head.weight.data.copy_(target.lm_head.weight)
+        if not d.tie_word_embeddings:
+            draft.lm_head.weight.copy_(target.lm_head.weight)
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:

@@ -15,6 +15,9 @@ import os
 import statistics
 import sys
 import textwrap
+import time
+
+_STARTED = time.monotonic()  # before torch is imported: with `python -m minibass`, about the process's start
 
 import torch
 
@@ -152,6 +155,18 @@ def _schedule(repeats: int, batches: int, policies: list) -> list[tuple]:
     return order
 
 
+DEMO_SECONDS = 55.0  # what the demo aims to finish within, from the start of the process: under a minute
+ROUNDS, SLOW_ROUNDS = 5, 3  # rounds of every method by default, and on a machine too slow for five
+
+
+def _all_rounds_fit(elapsed: float, per_round: float) -> bool:
+    """After the first ``SLOW_ROUNDS`` of the default ``ROUNDS``: whether the rest still let the demo finish
+    within ``DEMO_SECONDS`` of its start, ``elapsed`` seconds ago. What follows the rounds (the cost probes at
+    five batch sizes and the sampled completion) takes about two rounds' time. All the rest or none, so that
+    the number of rounds stays odd and the median is one round's ratio."""
+    return elapsed + (ROUNDS - SLOW_ROUNDS + 2) * per_round <= DEMO_SECONDS
+
+
 def demo(args) -> int:
     """Regular batched decoding vs batched speculative decoding with fixed draft lengths, BASS dynamic and auto."""
     from tqdm import tqdm
@@ -160,7 +175,7 @@ def demo(args) -> int:
     from minibass import zoo
     from minibass.bench.common import call_costs, forward_clock
 
-    if args.repeats < 1 or args.batch_size < 1:
+    if args.repeats is not None and args.repeats < 1 or args.batch_size < 1:
         raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
     if args.prompts < 1 or args.max_new_tokens < 1:
         raise ValueError(f"--prompts and --max-new-tokens must be >= 1, got {args.prompts} and {args.max_new_tokens}")
@@ -182,13 +197,25 @@ def demo(args) -> int:
           f"{sum(p.numel() for p in draft.parameters()):,} params; {count} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens) in {len(groups)} batch"
           f"{'es' if len(groups) > 1 else ''} of {batch}, {args.max_new_tokens} new greedy tokens, "
-          f"attention {backend!r}, device {args.device}; tokens/s: median of {args.repeats} runs; speed-up: median "
-          f"of {args.repeats} per-round ratios to regular")
+          f"attention {backend!r}, device {args.device}; tokens/s: median of the runs of each method; speed-up: "
+          f"median of its per-round ratios to regular; rounds: "
+          f"{args.repeats or f'{ROUNDS} ({SLOW_ROUNDS} if {ROUNDS} would take the demo past a minute)'}")
     common = dict(seed=args.seed, attention=backend)
     minibass.generate(target, prompts[:1], 2, **common)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4, **common)
     parts = {}  # (method, round) -> [(result, forward seconds of each model)], one per batch of prompts
-    for r, group, policy in tqdm(_schedule(args.repeats, len(groups), policies), desc="decoding", leave=False):
+    repeats = args.repeats or ROUNDS
+    schedule = _schedule(repeats, len(groups), policies)
+    bar = tqdm(total=len(schedule), desc="decoding", leave=False)
+    rounds_started, cut = time.monotonic(), None
+    for r, group, policy in schedule:
+        if args.repeats is None and r == SLOW_ROUNDS and not parts.get(("regular", r)):  # the first run of round 4
+            per_round = (time.monotonic() - rounds_started) / SLOW_ROUNDS
+            if not _all_rounds_fit(time.monotonic() - _STARTED, per_round):
+                repeats = SLOW_ROUNDS
+                cut = (f"(a round took {per_round:.1f} s, so {ROUNDS} rounds would take the demo past a minute: "
+                       f"{SLOW_ROUNDS} rounds; --repeats {ROUNDS} asks for {ROUNDS} whatever they take)")
+                break
         name = "regular" if policy is None else str(policy)
         # Each model's forward calls timed apart: the rest of the run is the loop's own work on the host.
         with forward_clock(target, device=args.device) as target_clock, \
@@ -200,8 +227,12 @@ def demo(args) -> int:
                                                        sampling=greedy, draft_length=policy, **common)
         parts.setdefault((name, r), []).append((result, {"target": target_clock["seconds"],
                                                          "draft": draft_clock["seconds"]}))
+        bar.update()
+    bar.close()
+    if cut:
+        print(cut)
     # A method's run in a round: its batches merged, in order; its forward seconds summed.
-    names, rounds = ["regular"] + [str(p) for p in policies], range(args.repeats)
+    names, rounds = ["regular"] + [str(p) for p in policies], range(repeats)
     runs = {n: [_merged([result for result, _ in parts[n, r]]) for r in rounds] for n in names}
     forward_seconds = {n: [{m: sum(s[m] for _, s in parts[n, r]) for m in ("target", "draft")} for r in rounds]
                        for n in names}
@@ -329,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft-length policies to compare (default: 1 2 3 4 dynamic auto)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
-    p.add_argument("--repeats", type=int, default=5, help="runs of each method, the median is shown (default 5)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help=f"runs of each method, the median is shown (default {ROUNDS}, or {SLOW_ROUNDS} where the "
+                        f"first {SLOW_ROUNDS} show that {ROUNDS} would take the demo past a minute)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")

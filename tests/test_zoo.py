@@ -188,6 +188,25 @@ def test_demo_end_to_end():
     assert "<|endoftext|>" not in result.stdout  # the sampled completion stops at end-of-text
 
 
+@pytest.mark.parametrize("seconds, rounds", [(0.0, 3), (1e9, 5)])
+def test_demo_runs_three_rounds_not_five_when_five_would_take_past_a_minute(monkeypatch, capsys, seconds, rounds):
+    """By default the demo runs 5 rounds, or 3 when the first 3 show that 5 would not end in time."""
+    from minibass import __main__ as cli
+
+    assert cli._all_rounds_fit(10.0, 2.0) and not cli._all_rounds_fit(32.0, 8.0)  # a quiet machine; a slow spell
+    calls = []
+    regular = minibass.generate
+    monkeypatch.setattr(minibass, "generate", lambda *a, **k: calls.append(1) or regular(*a, **k))
+    monkeypatch.setattr(cli, "DEMO_SECONDS", seconds)
+    args = cli.build_parser().parse_args(["demo", "--batch-size", "2", "--prompts", "2", "--max-new-tokens", "3",
+                                          "--draft-lengths", "2"])
+    assert cli.demo(args) == 0
+    assert len(calls) == 1 + rounds  # the warm-up, then one regular run a round (one batch of prompts)
+    out = capsys.readouterr().out
+    assert ("3 rounds; --repeats 5 asks for 5" in out) == (rounds == 3)
+    assert "greedy check" in out and "OK" in out
+
+
 def test_demo_times_every_method_on_each_batch_back_to_back():
     """The demo's order: per round and batch, regular decoding first, then every policy once, the
     policies' order rotated by one from batch to batch and round to round."""

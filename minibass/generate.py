@@ -121,7 +121,7 @@ class GenerationResult:
 
 
 def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, sampling: SamplingParams) -> None:
-    """The ValueErrors the contract asks for, shared by both decoders."""
+    """The ValueErrors for bad input that both decoders raise, in one place."""
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:

@@ -32,6 +32,7 @@ def sglang_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, samplin
 
 
 if __name__ == "__main__":
-    verdict = oracle.check_generator(sglang_generator, head_dim=64, name="sglang Engine + draft model")
+    # n_tokens above the 3 draft steps, so that the bonus token after 3 accepted drafts is tested
+    verdict = oracle.check_generator(sglang_generator, n_tokens=8, head_dim=64, name="sglang Engine + draft model")
     print(verdict)
     sys.exit(0 if verdict.ok else 1)

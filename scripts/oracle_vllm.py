@@ -62,6 +62,7 @@ if __name__ == "__main__":
     if kind == "sampler":
         verdict = oracle.check_sampler(vllm_sampler, name="vllm rejection_sample")
     else:  # vLLM's attention kernels want head_dim 64 or more
-        verdict = oracle.check_generator(vllm_generator, head_dim=64, name="vllm LLM + draft model")
+        # n_tokens above the 3 speculative tokens, so that the bonus token after 3 accepted drafts is tested
+        verdict = oracle.check_generator(vllm_generator, n_tokens=8, head_dim=64, name="vllm LLM + draft model")
     print(verdict)
     sys.exit(0 if verdict.ok else 1)

@@ -8,7 +8,7 @@ import torch
 import minibass
 from conftest import hf_tiny
 
-FP32_TOL = 1e-4  # the contract's bound for float32 logits
+FP32_TOL = 1e-4  # the bound minibass promises for float32 logits against transformers
 
 FAMILIES = [
     pytest.param("llama", {}, id="llama-gqa-untied"),

@@ -1,6 +1,6 @@
 """The one signature every attention backend shares, the per-step metadata, and the input checks.
 
-Public signature (the contract, section 1), checked on every call:
+Public signature, checked on every call:
 
     out = backend(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None)
 

@@ -214,8 +214,8 @@ def _given_back(report: Report, answer, ours: dict) -> bool:
 
 @_check("BASS-PAD attention against the float64 specification")
 def check_padded_attention(report: Report, attention_fn, cases: int | None = None):
-    """attention_fn has the signature of minibass.attention (section 1 of the contract); ragged batches with
-    idle sequences, GQA, odd head dims and NaN / inf in every stale cache slot."""
+    """attention_fn has the signature of minibass.attention (``minibass/attention/base.py``); ragged batches
+    with idle sequences, GQA, odd head dims and NaN / inf in every stale cache slot."""
     from ..attention import BACKENDS
     from ..oracle import check_attention
 

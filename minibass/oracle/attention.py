@@ -1,7 +1,7 @@
 """``check_attention``: another engine's ragged attention against minibass's float64 specification.
 
 The function under test has the signature of ``minibass.attention.BACKENDS[name]``
-(contract section 1): ``fn(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None) -> out``, with
+(``minibass.attention.base``): ``fn(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None) -> out``, with
 q ``[total_q, H, D]``, caches ``[B, Hk, capacity, D]`` and out ``[total_q, H, D]``.
 
 Every case is a ragged batch whose cache slots at or beyond ``kv_lens`` hold NaN and inf (they

@@ -1,6 +1,6 @@
 """``check_sampler``: another engine's rejection step against the exact distribution of its events.
 
-The function under test has ``rejection_sample``'s signature (contract section 3):
+The function under test has ``rejection_sample``'s signature (``minibass.rejection``):
 ``fn(draft_tokens [B, k], draft_probs [B, k, V], target_probs [B, k+1, V], *, generator)
 -> (num_accepted [B], next_tokens [B])``. Every input is a CPU tensor (probabilities float32 in the
 setups, float64 in the invariant probes) and ``generator`` a CPU ``torch.Generator``; each setup is one

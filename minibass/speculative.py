@@ -7,7 +7,8 @@ attention backends handle. One step, for the active sequences (``step`` below, o
     1. draft     the draft model catches up on the tokens it has not seen (usually 1 or 2),
                  then proposes k_b tokens, sampling each from its warped distribution q_i
     2. verify    one target forward over [last emitted token, x_1..x_k]  ->  p_1..p_{k+1}
-    3. accept    rejection_sample: keep x_1..x_n, then y from norm(max(0, p - q)) or p_{k+1}
+    3. accept    the rejection rule (accept_and_resample, the core of rejection_sample): keep x_1..x_n,
+                 then y from norm(max(0, p - q)) or p_{k+1}
     4. emit      append x_1..x_n, y to the sequence; cut at EOS
     5. roll back truncate both caches to what the emitted sequence confirms
 

@@ -49,7 +49,8 @@ for name, shape in [("demo target (fp32)", demo), ("Llama-2-7B shape (bf16)", ll
               + ", ".join(f"{shape.intensity(n, 1, context):.1f}" for n in (1, 8, 64, 512)))
 
 # %% [markdown]
-# With an empty cache the intensity grows as `2N/b`: 1, 8, 64, 512 for the 7B shape in bf16. With
+# With an empty cache the intensity grows as `2N/b`: about 1, 8, 64 and 500 for the 7B shape in bf16
+# (just under `2N/b`, because the keys and values each new token writes grow with the batch). With
 # 128 cached tokens it levels off, because every sequence also reads its own keys and values: those
 # bytes grow with `B` just as the FLOPs do, so once they outweigh the weights, more sequences no
 # longer raise the intensity (for the 7B shape, whose 32 heads each keep their own keys and

@@ -15,7 +15,8 @@
 #
 # 1. **draft** — the draft catches up on the tokens it has not seen, then proposes `x_1 … x_k ~ q`;
 # 2. **verify** — one target call over `[last token, x_1 … x_k]` gives `p_1 … p_{k+1}`;
-# 3. **accept** — `rejection_sample`: keep `x_1 … x_n`, then `y` from `norm(max(0, p − q))` or `p_{k+1}`;
+# 3. **accept** — the rejection rule (`accept_and_resample`, the core of `rejection_sample`; greedy
+#    decoding compares tokens instead): keep `x_1 … x_n`, then `y` from `norm(max(0, p − q))` or `p_{k+1}`;
 # 4. **emit** — append `x_1 … x_n, y` to each sequence, cut at EOS;
 # 5. **roll back** — both caches keep what the new history confirms (chapter 05).
 #

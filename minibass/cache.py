@@ -7,7 +7,7 @@ never reads. That makes rollback free: ``truncate`` only lowers ``lengths``, and
 append overwrites the stale slots. This is the ragged cache of BASS: after a speculative step
 every sequence can have a different length.
 
-``lengths`` lives on the host (CPU) whatever the device of ``k`` and ``v``: the decoder needs
+``lengths`` lives on the host (CPU) whatever the device of ``kv``: the decoder needs
 the values every step (positions, the longest cache), and reading them from a GPU would stall it.
 """
 

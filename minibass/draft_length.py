@@ -161,9 +161,9 @@ class CostAwareDraftLength:
     the extra draft calls cost more than the extra tokens they are expected to bring.
 
     One object can serve many calls (``draft_length=policy``): ``start`` forgets the sequences of
-    the previous call and keeps the timings, so only its first call tries k = 1, 3, 1, 3 (a run
-    of short calls, e.g. one prompt at a time, would otherwise spend the first steps of each on
-    those trials).
+    the previous call and keeps the timings, so only its first call tries k = 1, 3, 1, 3, and a later
+    call only where its batch is larger than any timed (a run of short calls, e.g. one prompt at a
+    time, would otherwise spend the first steps of each on those trials).
 
     With measured costs the chosen lengths depend on timings, so under sampling two runs with the
     same seed can differ token by token (each is still exact in distribution); pass ``costs`` for

@@ -1,8 +1,9 @@
 """Loading local Hugging Face checkpoints of the Llama family into ``minibass.model.Decoder``.
 
-Only ``config.json`` and ``*.safetensors`` are read; nothing is ever unpickled. A config that
-asks for something the decoder does not compute (another architecture, another activation,
-an unknown rope scaling, quantisation) is refused instead of being run approximately.
+Only ``config.json``, ``model.safetensors.index.json`` (if sharded) and ``*.safetensors`` are read;
+nothing is ever unpickled. A config that asks for something the decoder does not compute (another
+architecture, another activation, an unknown rope scaling, quantisation) is refused instead of being
+run approximately.
 """
 
 from __future__ import annotations

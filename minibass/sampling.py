@@ -137,7 +137,7 @@ class SeedStreams:
     """
 
     def __init__(self, seed: int | Sequence[int] | None, batch_size: int):
-        def valid(s) -> bool:  # a non-negative int below 2**63 (what torch.Generator.manual_seed takes)
+        def valid(s) -> bool:  # a non-negative int below 2**63 (minibass's bound; manual_seed takes more)
             return is_int(s) and 0 <= s < 2 ** 63
 
         if seed is None:

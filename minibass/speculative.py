@@ -13,8 +13,9 @@ attention backends handle. One step, for the active sequences (``step`` below, o
     5. roll back truncate both caches to what the emitted sequence confirms
 
 State between steps is a few tensors: ``history`` long [B, C] (prompt and emitted tokens,
-``seq_lens`` [B] of them valid), the two caches, and ``active`` bool [B]. Everything else is
-derived. Cache invariants between steps, for a sequence with ``seq_lens[b] = m`` tokens:
+``seq_lens`` [B] of them valid, the first ``prompt_lens`` [B] the prompt's), the two caches, and
+``active`` bool [B]. Everything else is derived. Cache invariants between steps, for a
+sequence with ``seq_lens[b] = m`` tokens:
 
     target cache: history[b, :m - 1]      (the last token is fed at the next verify)
     draft cache:  history[b, :d], d < m   (it catches up on history[b, d:m] before drafting)
@@ -100,7 +101,7 @@ def verify_logits(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tens
     """One target forward over [last token, x_1..x_k] per active sequence.
 
     Returns the packed logits [N, V] and rows long [B, kmax + 1]: the packed row of each sequence's
-    positions 0..k_b (later positions repeat row k_b; idle sequences point at row 0 and are never read).
+    positions 0..k_b (later positions repeat row k_b; idle sequences point at some valid row and are never read).
     """
     last = history.gather(1, (seq_lens - 1)[:, None])  # (B, 1) last emitted token
     fed = torch.cat([last, drafts], 1)  # (B, kmax + 1)

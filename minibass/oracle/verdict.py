@@ -14,7 +14,7 @@ from pathlib import Path
 class Check:
     """One row of a verdict.
 
-    name: what was checked ("sampler[temperature] joint G-test"); measured: what was measured, in
+    name: what was checked ("[temperature] joint G-test"); measured: what was measured, in
     words; statistic and threshold: numbers with the rule ``passed = statistic <= threshold``
     unless ``rule`` says otherwise; detail: the failing case or the evidence, in words.
     """

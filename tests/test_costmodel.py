@@ -52,13 +52,16 @@ def test_gpu_spec_sheets_and_the_7b_critical_batch():
 
 
 def test_speculative_speedup_formula():
-    hw = cm.Hardware("toy", 1e12, 1e10)
+    """Numbers worked out by hand: E[tokens | 0.7, 4] = (1 - 0.7 ** 5) / 0.3 = 2.7731."""
+    assert expected_tokens(0.7, 4) == pytest.approx(2.7731)
+    # A regular step 10, a verify 12, a draft call 1: 2.7731 * 10 / (12 + 4 * 1).
+    assert cm.speedup_from_costs(10.0, 12.0, 1.0, k=4, alpha=0.7) == pytest.approx(1.7331875)
+    assert cm.speedup_from_costs(1.0, 1.0, 0.0, k=4, alpha=1.0) == 5  # free draft, all accepted
+    # Fixed costs only (1 ms a call, 1 ms a layer): target step 3 ms whatever its tokens, draft call 2 ms,
+    # so 2.7731 * 3 / (3 + 4 * 2).
+    hw = cm.Hardware("overheads only", 1e30, 1e30, call_overhead=1e-3, layer_overhead=1e-3)
     draft = cm.ModelShape(1, 32, 2, 1, 64, 100)
-    k, alpha = 4, 0.7
-    want = expected_tokens(alpha, k) * cm.step_time(SHAPE, hw, 8) / (
-        cm.step_time(SHAPE, hw, 8, k + 1) + k * cm.step_time(draft, hw, 8))
-    assert cm.speculative_speedup(SHAPE, draft, hw, batch=8, k=k, alpha=alpha) == pytest.approx(want)
-    assert cm.speedup_from_costs(1.0, 1.0, 0.0, k=k, alpha=1.0) == k + 1  # free draft, all accepted
+    assert cm.speculative_speedup(SHAPE, draft, hw, batch=8, k=4, alpha=0.7) == pytest.approx(2.7731 * 3 / 11)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.2, 0.55, 0.9, 0.999])

@@ -44,11 +44,12 @@ def demo_pair_on_cuda():
 @pytest.mark.parametrize("attention", ["padded", "split", "ragged"])
 def test_greedy_speculative_equals_regular_on_cuda(demo_pair_on_cuda, attention):
     """The demo pair on the GPU: greedy speculative decoding gives the regular loop's tokens, for
-    every backend and draft-length policy, and those tokens are the CPU's."""
+    every backend and draft-length policy (`test_the_gpu_agrees_with_the_cpu_on_greedy_tokens` compares
+    regular decoding with the CPU's)."""
     target, draft, prompts = demo_pair_on_cuda
     greedy = minibass.SamplingParams(temperature=0)
     ref = minibass.generate(target, prompts, 24, sampling=greedy, attention=attention).tokens
-    for k in [1, 4, "dynamic", "auto"]:
+    for k in [1, 4, "dynamic", "per-sequence", "auto"]:
         out = minibass.speculative_generate(target, draft, prompts, 24, sampling=greedy, draft_length=k,
                                             attention=attention)
         assert out.tokens == ref, (attention, k)

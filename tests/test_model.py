@@ -105,10 +105,16 @@ def test_rope_reads_tables_built_once_and_regrown(save_hf):
     from minibass.model import rope_tables
 
     model = minibass.load_model(save_hf(hf_tiny("llama", max_position_embeddings=2048)))
+    tables = []
     for length, dtype in ((256, torch.float32), (300, torch.float32), (2048, torch.float32), (10, torch.float64)):
         positions = torch.tensor([0, 5, 3, length // 2, length - 1])
         got = model.rope(positions, length, dtype)
         want = rope_tables(positions, model.inv_freq, dtype)
         assert all(g.dtype == dtype and torch.equal(g, w) for g, w in zip(got, want))
         assert len(model.rope_cache[0]) >= length and model.rope_cache[0].dtype == dtype
+        tables.append(model.rope_cache[0])
+    # Built once: 300 positions fit the table the first call built (512 long); 2048 and float64 rebuild it.
+    assert tables[1] is tables[0] and tables[2] is not tables[1] and tables[3] is not tables[2]
+    model.rope(torch.tensor([1]), 2, torch.float64)
+    assert model.rope_cache[0] is tables[3]  # a shorter step reads the same table again
     assert len(model.rope_cache[0]) <= model.max_seq_len

@@ -124,7 +124,7 @@ def sampled_pairs(model, params, seed):
 
 
 PARAMS = [SamplingParams(temperature=0.7), SamplingParams(temperature=1.3, top_k=3),
-          SamplingParams(temperature=1.0, top_p=0.8)]
+          SamplingParams(temperature=1.3, top_p=0.9)]
 
 
 @pytest.mark.parametrize("params", PARAMS, ids=str)
@@ -136,10 +136,28 @@ def test_sampler_matches_exact_two_token_distribution(tiny_vocab_model, params):
 
 @pytest.mark.parametrize("params", PARAMS, ids=str)
 def test_the_g_test_catches_a_sampler_that_ignores_the_warping(tiny_vocab_model, params):
-    """Power: the same test, fed samples drawn at plain temperature 1, must reject."""
-    exact = exact_two_token_distribution(tiny_vocab_model, PROMPT, params)
-    pvalue = g_test_pvalue(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11), exact)
-    print(f"broken sampler ({params} ignored): p = {pvalue:.2e}")
-    assert pvalue < ALPHA
+    """Power: the same test, fed samples drawn at plain temperature 1, must reject, and not only
+    because top-k or top-p samples fall outside the support: the G statistic on the possible
+    events alone rejects too."""
+    exact = stats.table_events(torch.as_tensor(exact_two_token_distribution(tiny_vocab_model, PROMPT, params)))
+    observed = Counter(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11))
+    possible, _ = stats.split_impossible(observed, exact)
+    pvalue, on_possible = stats.g_test(observed, exact).pvalue, stats.g_test(possible, exact).pvalue
+    print(f"broken sampler ({params} ignored): p = {pvalue:.2e}, on the possible events alone {on_possible:.2e}")
+    assert pvalue < ALPHA and on_possible < ALPHA
+
+
+def test_ignoring_top_p_at_temperature_1_is_caught_by_its_impossible_events(tiny_vocab_model):
+    """At temperature 1, top-p keeps the relative odds of the tokens it keeps, so a sampler that ignores
+    it draws the kept pairs in nearly the right proportions: only the pairs outside the support give it
+    away, and the test rejects on those (p = 0)."""
+    params = SamplingParams(top_p=0.8)
+    exact = stats.table_events(torch.as_tensor(exact_two_token_distribution(tiny_vocab_model, PROMPT, params)))
+    observed = Counter(sampled_pairs(tiny_vocab_model, SamplingParams(), seed=11))
+    _, impossible = stats.split_impossible(observed, exact)
+    result = stats.g_test(observed, exact)
+    assert sum(impossible.values()) > 0 and result.impossible is not None and result.pvalue == 0.0
+    assert g_test_pvalue(sampled_pairs(tiny_vocab_model, params, seed=11),
+                         exact_two_token_distribution(tiny_vocab_model, PROMPT, params)) > ALPHA
 
 

@@ -307,7 +307,8 @@ def test_stats(models):
     assert all(0 <= n <= 4 or n == IDLE for row in s.accepted for n in row)
     finished_early = [b for b, t in enumerate(result.tokens) if len(t) < 12]
     assert finished_early and s.accepted[-1][finished_early[0]] == IDLE
-    assert s.tokens_per_target_call == s.new_tokens / s.target_calls
+    assert s.new_tokens == sum(map(len, result.tokens))
+    assert s.tokens_per_target_call == s.new_tokens / (s.steps + 1)
     assert set(s.time_split) == {"draft", "verify", "accept", "rollback"}
     assert 0 <= s.acceptance_rate <= 1
 

@@ -27,8 +27,8 @@ computes, by teacher forcing, that distribution at every position of every disti
 An engine drafting k tokens emits its first bonus token at position k + 1 (when all k drafts are
 accepted), so ``n_tokens`` must exceed the draft length for the bonus token to be tested: the
 default 3 reaches it for draft lengths up to 2; ``n_tokens=8`` covers draft lengths up to 7. The draft (``DRAFT_NOISE``) is far enough from the target
-that about one draft token in five is rejected (residual draws happen often) and close enough
-that a round of k = 7 drafts is accepted whole about one time in six (bonus tokens happen often).
+that about one draft token in four is rejected (residual draws happen often) and close enough
+that a round of k = 7 drafts is accepted whole about one time in five (bonus tokens happen often).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8,
     attention kernels need 64 or 128 take ``head_dim=64``). The draft is the target with noise of
     std ``draft_noise`` (relative to the weights') added to every weight matrix: with the default 2/3
     about seven draft tokens in ten are rejected; ``check_generator`` uses ``DRAFT_NOISE``, with which
-    about one in five is, so that runs of accepted drafts reach the bonus token.
+    about one in four is, so that runs of accepted drafts reach the bonus token.
     """
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 

@@ -36,7 +36,7 @@ docs: setup   # the site into site/, --strict: a broken link, a missing page or 
 docs-serve: docs
 	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
-bench: setup   # all five benchmarks; each writes JSON and a plot to bench_results/
+bench: setup   # all five benchmarks; each writes JSON to bench_results/, all but decode a plot too
 	$(PY) -m minibass.bench decode
 	$(PY) -m minibass.bench attention
 	$(PY) -m minibass.bench speculative

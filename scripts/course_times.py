@@ -1,7 +1,7 @@
 """Times every chapter of the course as a script, in the learner's mode and in the tests' mode,
 and prints the chapter table of tutorial/README.md (question, file, exercise, times).
 
-    python scripts/course_times.py [--modes learner test] [--write]
+    python scripts/course_times.py [--write]
 
 The question and the file come from each chapter's title and its "File(s):" line, the exercise
 from the name of the check it calls; ``--write`` puts the table into tutorial/README.md.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The prepared GPU check: one run, at most about 8 minutes on one GPU (every step has its own time
 # limit, and a step that fails does not stop the others):
-#   1. the GPU tests: tests/test_cuda.py (hypothesis-generated ragged batches through every backend
+#   1. a decode step under torch.cuda.set_sync_debug_mode("error") (scripts/gpu_sync_check.py);
+#   2. the GPU tests: tests/test_cuda.py (hypothesis-generated ragged batches through every backend
 #      with the Triton kernel compiled for real, the demo pair decoding on CUDA) and the CUDA cases
 #      of tests/test_attention.py;
-#   2. a decode step under torch.cuda.set_sync_debug_mode("error") (scripts/gpu_sync_check.py);
-#   3. the GPU benchmarks: attention, speculative, decode (bench_results/*-cuda.json, which the
-#      course's chapter 10 reads through minibass.course.gpu_results);
+#   3. the GPU benchmarks: attention, speculative, decode ($RESULTS/*-cuda.json; copied into
+#      bench_results/, they are what the course's chapter 10 reads through minibass.course.gpu_results);
 #   4. the course's chapter 10, live on the GPU.
 # Results go to $RESULTS (default bench_results/gpu): the JSON and plots, one log per step, and
 # gpu.txt (the GPU, the driver and the library versions). When $OUT is set, the whole folder is

@@ -1,11 +1,14 @@
 """Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
-    python -m minibass.zoo.train --out OUT --max-minutes 85              # the shipped pair, part 1 (the target)
+    python -m minibass.zoo.train --out OUT --max-minutes 85              # a whole pair, part 1 (the target)
     python -m minibass.zoo.train --out OUT --max-minutes 90 --resume     # part 2 (the draft; ~170 min in all, 2 cores)
     python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target   # only a new draft
     python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target \
         --draft-from minibass/zoo/demo/draft --on-policy 4096 --draft-steps 2000 --draft-lr 1e-3   # go on distilling
     python -m minibass.zoo.train --out /tmp/pair --fast         # a few steps on a tiny corpus (tests)
+
+The shipped target came from the whole-pair commands with the defaults of its day (its card gives
+them); the shipped draft from "only a new draft", then "go on distilling" (its card).
 
 Long runs go in parts: ``--max-minutes M`` stops after M minutes with a checkpoint in
 ``OUT/_work/``, and ``--resume`` carries on from it (the tokenizer, the random stream of

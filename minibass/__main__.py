@@ -207,8 +207,9 @@ def demo(args) -> int:
     schedule = _schedule(repeats, len(groups), policies)
     bar = tqdm(total=len(schedule), desc="decoding", leave=False)
     rounds_started, cut = time.monotonic(), None
-    for r, group, policy in schedule:
-        if args.repeats is None and r == SLOW_ROUNDS and not parts.get(("regular", r)):  # the first run of round 4
+    first_after_slow_rounds = SLOW_ROUNDS * len(schedule) // repeats  # the schedule runs round by round
+    for i, (r, group, policy) in enumerate(schedule):
+        if args.repeats is None and i == first_after_slow_rounds:
             per_round = (time.monotonic() - rounds_started) / SLOW_ROUNDS
             if not _all_rounds_fit(time.monotonic() - _STARTED, per_round):
                 repeats = SLOW_ROUNDS

@@ -101,7 +101,8 @@ def verify_logits(target, cache, history: Tensor, seq_lens: Tensor, drafts: Tens
     """One target forward over [last token, x_1..x_k] per active sequence.
 
     Returns the packed logits [N, V] and rows long [B, kmax + 1]: the packed row of each sequence's
-    positions 0..k_b (later positions repeat row k_b; idle sequences point at some valid row and are never read).
+    positions 0..k_b (later positions repeat row k_b; idle sequences point at some valid row and are
+    never read).
     """
     last = history.gather(1, (seq_lens - 1)[:, None])  # (B, 1) last emitted token
     fed = torch.cat([last, drafts], 1)  # (B, kmax + 1)

@@ -110,10 +110,10 @@ plt.show()
 # %% [markdown]
 # What to see: throughput per policy on this machine, one run each, so expect noise (the demo,
 # `make demo`, takes five interleaved rounds, three on a machine too slow for five within a minute,
-# and the median of each policy's ratio to the regular run of the same round; `bench policies` replays greedy runs with call costs measured once, which
-# takes the noise out altogether). Where the draft is cheap next to the
-# target but not free, long drafts (dynamic starts at 7) can cost more than they bring; `auto`
-# measures that instead of guessing it.
+# and the median of each policy's ratio to the regular run of the same round; `bench policies`
+# replays greedy runs with call costs measured once, which takes the noise out altogether). Where
+# the draft is cheap next to the target but not free, long drafts (dynamic starts at 7) can cost
+# more than they bring; `auto` measures that instead of guessing it.
 #
 # ## Exercise
 #

@@ -86,9 +86,13 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(config: ModelConfig) -> Tensor:
-    """Rotary inverse frequencies [D/2]: theta^(-2i/D), adjusted by the checkpoint's rope scaling."""
+    """Rotary inverse frequencies [D/2]: theta^(-2i/D), adjusted by the checkpoint's rope scaling.
+
+    Computed on the CPU whatever the default device: on the meta device ``arange`` would import
+    torch._dynamo, 3 s on a small CPU."""
     d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))  # (D/2,)
+    two_i = torch.arange(0, d, 2, dtype=torch.float64, device="cpu")  # 0, 2, ..., D - 2
+    inv_freq = 1.0 / (config.rope_theta ** (two_i / d))  # (D/2,)
     scaling = config.rope_scaling or {}
     kind = scaling.get("rope_type", "default")
     if kind == "linear":
@@ -183,7 +187,10 @@ class Backbone(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        weight = torch.empty(config.vocab_size, config.hidden_size)
+        if not weight.is_meta:  # on the meta device (loading) there is nothing to initialise, and torch's
+            nn.init.normal_(weight)  # meta normal_ would import torch._dynamo: 3 s on a small CPU
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -208,7 +215,8 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)  # float64 (D/2,)
+        inv_freq = rope_inv_freq(config).to(self.lm_head.weight.device)  # where the weights are built
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # float64 (D/2,)
         self.rope_cache: tuple[Tensor, Tensor] | None = None  # cos, sin [L, 1, D] of positions 0..L-1 (``rope``)
 
     @property

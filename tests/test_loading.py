@@ -130,3 +130,66 @@ def test_load_tokenizer(tmp_path):
     (tmp_path / "weights_only").mkdir()
     with pytest.raises(FileNotFoundError, match="has no tokenizer files"):
         minibass.load_tokenizer(tmp_path / "weights_only")
+
+
+def test_a_generic_fast_tokenizer_loads_without_transformers_auto_classes(tmp_path):
+    """The demo pair's tokenizer (``PreTrainedTokenizerFast``) loads with that class, the same object as
+    ``AutoTokenizer`` gives, without importing the auto classes (2 s); any other folder goes through
+    ``AutoTokenizer``."""
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from minibass import zoo
+
+    folder = zoo.demo_paths()[0]
+    ours, auto = minibass.load_tokenizer(folder), AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    assert type(ours) is type(auto) and ours.eos_token_id == auto.eos_token_id
+    for text in zoo.demo_prompts(8):
+        assert ours.encode(text) == auto.encode(text)
+        assert ours.decode(auto.encode(text)) == auto.decode(auto.encode(text))
+    script = ("import sys, minibass\n"
+              f"minibass.load_tokenizer({str(folder)!r})\n"
+              "print('transformers.models.auto' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr[-2000:]
+    # Another tokenizer class (or none named): AutoTokenizer reads the folder as before.
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_text((folder / name).read_text())
+    edited = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    edited["tokenizer_class"] = "GPT2TokenizerFast"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(edited))
+    other = minibass.load_tokenizer(tmp_path)
+    assert type(other).__name__ == type(AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)).__name__
+    assert other.encode("def f():") == auto.encode("def f():")
+
+
+def test_loading_builds_the_decoder_without_random_weights_or_the_compiler(save_hf):
+    """load_model builds the decoder on the meta device and assigns the checkpoint's weights: no random
+    init, and no meta-device op that imports torch._dynamo (nn.Embedding's normal_ and arange do: 3 s of
+    the demo's minute on a 2-core CPU). A decoder built for its own use is still initialised."""
+    import subprocess
+    import sys
+
+    folder = save_hf(hf_tiny("llama"))
+    script = ("import sys\n"
+              "import minibass\n"
+              "before = 'torch._dynamo' in sys.modules\n"
+              f"model = minibass.load_model({str(folder)!r})\n"
+              "print(before, 'torch._dynamo' in sys.modules, model.inv_freq.device.type)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after, rope_device = done.stdout.split()
+    if before == "True":
+        pytest.skip("this torch imports torch._dynamo with the package itself")
+    assert after == "False", "loading a checkpoint imported torch._dynamo"
+    assert rope_device == "cpu"
+    from minibass.model import Decoder
+
+    torch.manual_seed(0)
+    built = Decoder(minibass.load_model(folder).config)
+    weight = built.model.embed_tokens.weight
+    assert weight.device.type == "cpu" and 0.9 < weight.std().item() < 1.1  # nn.Embedding's N(0, 1) init
+    with torch.device("meta"):
+        assert Decoder(built.config).inv_freq.is_meta  # the whole decoder on the meta device, buffers too

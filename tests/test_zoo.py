@@ -246,6 +246,27 @@ def test_forward_clock_times_each_model_apart_and_restores_their_forward():
     assert result.tokens == minibass.generate(target, prompts, 8, sampling=greedy).tokens
 
 
+def test_call_costs_share_one_prefill_per_model_and_leave_the_cache_as_they_found_it(pair, monkeypatch):
+    """The demo's probes: each model's calls are timed against one prefilled cache (at batch 32 a prefill
+    takes as long as a dozen calls), rolled back after every call."""
+    from minibass.bench import common
+
+    target, draft, _ = pair
+    filled = []
+    original = common.filled_cache
+    monkeypatch.setattr(common, "filled_cache", lambda model, *a: filled.append(model) or original(model, *a))
+    costs = common.call_costs(target, draft, 3, 4, context=10, rounds=2)
+    assert filled == [target, draft] and set(costs) == {"regular", "draft", "verify"}
+    assert all(ms > 0 for ms in costs.values())
+    cache = original(target, 3, 10, 14)
+    common.call_ms(target, 3, 10, 4, reps=1, cache=cache)
+    assert cache.lengths.tolist() == [10, 10, 10]
+    with pytest.raises(ValueError, match="room for 5 more"):
+        common.call_ms(target, 3, 10, 5, reps=1, cache=cache)
+    with pytest.raises(ValueError, match="must hold 12 tokens"):
+        common.call_ms(target, 3, 12, 1, reps=1, cache=cache)
+
+
 def test_generate_cli_json():
     result = run_cli("generate", "--prompt", "def add(a, b):\n", "--prompt", "import os\n", "--max-new-tokens", "5",
                      "--draft-length", "3", "--json", "--ignore-eos")

@@ -80,12 +80,28 @@ def forward_clock(*models, device: str):
             del model.forward  # back to the class's method
 
 
-def call_ms(model, batch: int, context: int, new: int, *, reps: int = 15) -> float:
-    """Median milliseconds of one forward call of ``new`` tokens per sequence, for ``batch``
-    sequences with ``context`` tokens cached (after warm-up calls; the cache is rolled back each time)."""
-    cache = model.init_cache(batch, context + new)
+def filled_cache(model, batch: int, context: int, capacity: int):
+    """A cache of ``capacity`` slots per sequence for ``batch`` sequences, each with ``context`` random
+    tokens already in it (one prefill call)."""
+    cache = model.init_cache(batch, capacity)
     model.forward(torch.randint(0, model.vocab_size, (batch * context,)), torch.full((batch,), context), cache)
-    tokens, q_lens, lengths = torch.randint(0, model.vocab_size, (batch * new,)), torch.full((batch,), new), cache.lengths
+    return cache
+
+
+def call_ms(model, batch: int, context: int, new: int, *, reps: int = 15, cache=None) -> float:
+    """Median milliseconds of one forward call of ``new`` tokens per sequence, for ``batch``
+    sequences with ``context`` tokens cached (after warm-up calls; the cache is rolled back each time).
+
+    ``cache``: one from ``filled_cache(model, batch, context, capacity >= context + new)`` to time
+    against, so that several timings share one prefill (at batch 32 a prefill takes as long as a dozen
+    calls); by default a new one."""
+    if cache is None:
+        cache = filled_cache(model, batch, context, context + new)
+    lengths = cache.lengths
+    if lengths.tolist() != [context] * batch or cache.capacity < context + new:
+        raise ValueError(f"call_ms: the cache must hold {context} tokens per sequence of {batch} and room for "
+                         f"{new} more, got lengths {lengths.tolist()} and capacity {cache.capacity}")
+    tokens, q_lens = torch.randint(0, model.vocab_size, (batch * new,)), torch.full((batch,), new)
     times = []
     for _ in range(reps + 3):
         start = time.perf_counter()
@@ -99,15 +115,19 @@ def call_costs(target, draft, batch: int, verify_tokens: int, *, context: int = 
     """Milliseconds of a regular decode step, one draft call and one verify of ``verify_tokens`` tokens
     per sequence, at ``batch`` sequences over ``context`` cached tokens.
 
-    The three are timed in turn, ``rounds`` times (each a median of 7 calls). The regular step is
-    the median round's; the other two are that times the median of their per-round ratios to the
-    regular step, so that a slow spell of the machine, which lasts seconds, cancels out of each ratio.
+    The three are timed in turn, ``rounds`` times (each a median of 7 calls), against one prefilled
+    cache per model. The regular step is the median round's; the other two are that times the median
+    of their per-round ratios to the regular step, so that a slow spell of the machine, which lasts
+    seconds, cancels out of each ratio.
     """
-    probes = {"regular": (target, 1), "draft": (draft, 1), "verify": (target, verify_tokens)}
+    models = {"target": target, "draft": draft}
+    caches = {"target": filled_cache(target, batch, context, context + verify_tokens),
+              "draft": filled_cache(draft, batch, context, context + 1)}
+    probes = {"regular": ("target", 1), "draft": ("draft", 1), "verify": ("target", verify_tokens)}
     times = {name: [] for name in probes}
     for _ in range(rounds):
         for name, (model, new) in probes.items():
-            times[name].append(call_ms(model, batch, context, new, reps=7))
+            times[name].append(call_ms(models[model], batch, context, new, reps=7, cache=caches[model]))
     regular = statistics.median(times["regular"])
     return {"regular": regular, **{name: regular * statistics.median(t / r for t, r in zip(times[name], times["regular"]))
                                    for name in ("draft", "verify")}}

@@ -202,9 +202,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.mo
 def load_tokenizer(path):
     """The ``transformers`` tokenizer saved in a local checkpoint folder (never downloads).
 
-    A folder whose ``tokenizer_config.json`` names the generic fast tokenizer
-    (``PreTrainedTokenizerFast``, as the demo pair's does) loads it with that class: ``AutoTokenizer``
-    returns the same object, but first imports transformers' model-loading code, 2 s on a 2-core CPU.
+    A Llama folder whose ``tokenizer_config.json`` names the generic fast tokenizer
+    (``PreTrainedTokenizerFast``, as the demo pair's does) loads it with that class, the one
+    ``AutoTokenizer`` picks there too, without the 2 s (on a 2-core CPU) that ``AutoTokenizer`` spends
+    importing transformers' model-loading code. Everything else goes through ``AutoTokenizer``, which
+    for some model types (Qwen2, for one) overrides the class a folder names.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -212,7 +214,9 @@ def load_tokenizer(path):
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
         raise FileNotFoundError(f"{folder} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
                                 "save one there with tokenizer.save_pretrained(folder)")
-    if _tokenizer_class(folder) == "PreTrainedTokenizerFast" and (folder / "tokenizer.json").exists():
+    generic = _json_field(folder / "tokenizer_config.json", "tokenizer_class") == "PreTrainedTokenizerFast"
+    llama = _json_field(folder / "config.json", "model_type") == "llama"
+    if generic and llama and (folder / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast
 
         return PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
@@ -221,10 +225,10 @@ def load_tokenizer(path):
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def _tokenizer_class(folder: Path) -> str | None:
-    """The ``tokenizer_class`` of a folder's ``tokenizer_config.json``, if it names one."""
+def _json_field(path: Path, key: str):
+    """``key`` of the JSON object in ``path``; None if there is no such file, object or key."""
     try:
-        return json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+        return json.loads(path.read_text()).get(key)
     except (OSError, ValueError, AttributeError):  # no file, not JSON, not an object: AutoTokenizer decides
         return None
 

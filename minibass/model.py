@@ -88,8 +88,8 @@ class RMSNorm(nn.Module):
 def rope_inv_freq(config: ModelConfig) -> Tensor:
     """Rotary inverse frequencies [D/2]: theta^(-2i/D), adjusted by the checkpoint's rope scaling.
 
-    Computed on the CPU whatever the default device: on the meta device ``arange`` would import
-    torch._dynamo, 3 s on a small CPU."""
+    Computed on the CPU whatever the default device: on the meta device ``arange`` imports
+    torch._dynamo (see ``Backbone``)."""
     d = config.head_dim
     two_i = torch.arange(0, d, 2, dtype=torch.float64, device="cpu")  # 0, 2, ..., D - 2
     inv_freq = 1.0 / (config.rope_theta ** (two_i / d))  # (D/2,)
@@ -187,10 +187,13 @@ class Backbone(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        # nn.Embedding's own N(0, 1) init, skipped on the meta device (where ``load_model`` builds the
+        # decoder and the checkpoint replaces every weight): there normal_ imports torch._dynamo, 3 s on
+        # a 2-core CPU.
         weight = torch.empty(config.vocab_size, config.hidden_size)
-        if not weight.is_meta:  # on the meta device (loading) there is nothing to initialise, and torch's
-            nn.init.normal_(weight)  # meta normal_ would import torch._dynamo: 3 s on a small CPU
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
+        if not weight.is_meta:
+            nn.init.normal_(weight)
+        self.embed_tokens = nn.Embedding.from_pretrained(weight, freeze=False)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 

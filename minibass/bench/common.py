@@ -98,6 +98,8 @@ def call_ms(model, batch: int, context: int, new: int, *, reps: int = 15, cache=
     if cache is None:
         cache = filled_cache(model, batch, context, context + new)
     lengths = cache.lengths
+    if len(cache.kv) != model.config.num_hidden_layers:
+        raise ValueError(f"call_ms: the cache has {len(cache.kv)} layers, the model {model.config.num_hidden_layers}")
     if lengths.tolist() != [context] * batch or cache.capacity < context + new:
         raise ValueError(f"call_ms: the cache must hold {context} tokens per sequence of {batch} and room for "
                          f"{new} more, got lengths {lengths.tolist()} and capacity {cache.capacity}")

@@ -132,13 +132,24 @@ def test_load_tokenizer(tmp_path):
         minibass.load_tokenizer(tmp_path / "weights_only")
 
 
+def imported_in_a_fresh_process(statement: str, module: str) -> tuple[bool, bool]:
+    """Whether ``module`` was imported after ``import minibass``, and after ``statement`` too, in a new
+    interpreter (what a command line pays for at start-up)."""
+    import subprocess
+    import sys
+
+    script = (f"import sys, minibass\nbefore = {module!r} in sys.modules\n{statement}\n"
+              f"print(before, {module!r} in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = done.stdout.split()
+    return before == "True", after == "True"
+
+
 def test_a_generic_fast_tokenizer_loads_without_transformers_auto_classes(tmp_path):
     """The demo pair's tokenizer (``PreTrainedTokenizerFast``) loads with that class, the same object as
     ``AutoTokenizer`` gives, without importing the auto classes (2 s); any other folder goes through
     ``AutoTokenizer``."""
-    import subprocess
-    import sys
-
     from transformers import AutoTokenizer
 
     from minibass import zoo
@@ -149,11 +160,8 @@ def test_a_generic_fast_tokenizer_loads_without_transformers_auto_classes(tmp_pa
     for text in zoo.demo_prompts(8):
         assert ours.encode(text) == auto.encode(text)
         assert ours.decode(auto.encode(text)) == auto.decode(auto.encode(text))
-    script = ("import sys, minibass\n"
-              f"minibass.load_tokenizer({str(folder)!r})\n"
-              "print('transformers.models.auto' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr[-2000:]
+    assert imported_in_a_fresh_process(f"minibass.load_tokenizer({str(folder)!r})", "transformers.models.auto") \
+        == (False, False)
     # Another class named, another model type (Qwen2: AutoTokenizer overrides the class named), or no
     # config.json: AutoTokenizer reads the folder, and load_tokenizer gives what it gives.
     text = "def f(x):\n    return x"
@@ -178,23 +186,13 @@ def test_loading_builds_the_decoder_without_random_weights_or_the_compiler(save_
     init, and no meta-device op that imports torch._dynamo (the embedding's normal_ and the rotary
     frequencies' arange do, 3 s on a 2-core CPU). A decoder built for its own use is initialised as
     before: the embedding first, with nn.Embedding's own init."""
-    import subprocess
-    import sys
-
     from minibass.model import Decoder
 
     folder = save_hf(hf_tiny("llama"))
-    script = ("import sys\n"
-              "import minibass\n"
-              "before = 'torch._dynamo' in sys.modules\n"
-              f"model = minibass.load_model({str(folder)!r})\n"
-              "print(before, 'torch._dynamo' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    before, after = done.stdout.split()
-    if before == "True":
+    before, after = imported_in_a_fresh_process(f"minibass.load_model({str(folder)!r})", "torch._dynamo")
+    if before:
         pytest.skip("this torch imports torch._dynamo with the package itself")
-    assert after == "False", "loading a checkpoint imported torch._dynamo"
+    assert not after, "loading a checkpoint imported torch._dynamo"
     config = minibass.load_model(folder).config
     torch.manual_seed(0)
     built = Decoder(config)

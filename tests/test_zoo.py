@@ -265,6 +265,8 @@ def test_call_costs_share_one_prefill_per_model_and_leave_the_cache_as_they_foun
         common.call_ms(target, 3, 10, 5, reps=1, cache=cache)
     with pytest.raises(ValueError, match="must hold 12 tokens"):
         common.call_ms(target, 3, 12, 1, reps=1, cache=cache)
+    with pytest.raises(ValueError, match="the cache has 12 layers, the model 1"):
+        common.call_ms(draft, 3, 10, 1, reps=1, cache=cache)  # the target's cache
 
 
 def test_generate_cli_json():

@@ -122,14 +122,14 @@ def call_costs(target, draft, batch: int, verify_tokens: int, *, context: int = 
     of their per-round ratios to the regular step, so that a slow spell of the machine, which lasts
     seconds, cancels out of each ratio.
     """
-    models = {"target": target, "draft": draft}
-    caches = {"target": filled_cache(target, batch, context, context + verify_tokens),
-              "draft": filled_cache(draft, batch, context, context + 1)}
-    probes = {"regular": ("target", 1), "draft": ("draft", 1), "verify": ("target", verify_tokens)}
+    target_cache = filled_cache(target, batch, context, context + verify_tokens)
+    draft_cache = filled_cache(draft, batch, context, context + 1)
+    probes = {"regular": (target, target_cache, 1), "draft": (draft, draft_cache, 1),
+              "verify": (target, target_cache, verify_tokens)}
     times = {name: [] for name in probes}
     for _ in range(rounds):
-        for name, (model, new) in probes.items():
-            times[name].append(call_ms(models[model], batch, context, new, reps=7, cache=caches[model]))
+        for name, (model, cache, new) in probes.items():
+            times[name].append(call_ms(model, batch, context, new, reps=7, cache=cache))
     regular = statistics.median(times["regular"])
     return {"regular": regular, **{name: regular * statistics.median(t / r for t, r in zip(times[name], times["regular"]))
                                    for name in ("draft", "verify")}}

@@ -22,8 +22,8 @@ $(VENV)/.ready: pyproject.toml
 demo: setup
 	$(PY) -m minibass demo
 
-test: setup
-	$(PY) -m pytest -q
+test: setup   # in parallel, one pytest-xdist worker per core (`.venv/bin/python -m pytest` runs it serially)
+	$(PY) -m pytest -q -n auto
 
 course: setup   # the learner notebooks (exercise solutions replaced by stubs), opened in JupyterLab
 	$(PY) -m minibass.course build tutorial/notebooks

@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # PyTorch is installed first and on its own; pin another build with e.g. `make TORCH=torch==2.6.0 test`.
 TORCH ?= torch==2.13.0
+# pytest-xdist workers for `make test`: auto = one per core; set a number where a container's CPU limit
+# is below the host's core count, 0 for one process.
+WORKERS ?= auto
 export HYPOTHESIS_PROFILE ?= ci
 export NO_MKDOCS_2_WARNING ?= 1
 
@@ -22,8 +25,8 @@ $(VENV)/.ready: pyproject.toml
 demo: setup
 	$(PY) -m minibass demo
 
-test: setup   # in parallel, one pytest-xdist worker per core (`.venv/bin/python -m pytest` runs it serially)
-	$(PY) -m pytest -q -n auto
+test: setup   # in parallel, one pytest-xdist worker per core; `make test WORKERS=0` runs it in one process
+	$(PY) -m pytest -q -n $(WORKERS)
 
 course: setup   # the learner notebooks (exercise solutions replaced by stubs), opened in JupyterLab
 	$(PY) -m minibass.course build tutorial/notebooks

@@ -162,7 +162,8 @@ def measure_cpu(size: int = 512, megabytes: int = 256, reps: int = 5) -> Hardwar
 
     flops = 2 * size ** 3 / best(lambda: a @ b)
     bandwidth = big.numel() * 4 / best(big.sum)
-    return Hardware(f"this CPU ({torch.get_num_threads()} threads, fp32)", flops, bandwidth,
+    threads = torch.get_num_threads()
+    return Hardware(f"this CPU ({threads} thread{'s' * (threads != 1)}, fp32)", flops, bandwidth,
                     source="measured by minibass.costmodel.measure_cpu")
 
 

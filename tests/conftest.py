@@ -16,8 +16,8 @@ settings.register_profile("thorough", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# `make test` runs one pytest-xdist worker per core. Each worker, and every process a test starts (a
-# chapter, the CLI), computes on one thread, so that the workers do not compete for the cores.
+# `make test` runs one pytest-xdist worker per core. PyTorch in each worker, and in every process a test
+# starts (a chapter, the CLI), uses one thread, so that the workers do not compete for the cores.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)

@@ -100,6 +100,34 @@ def test_rebuilding_keeps_a_learners_edits_and_refreshes_the_rest(tmp_path):
     assert "my answer" not in mine.read_text()
 
 
+def test_an_executed_chapter_is_run_again_in_another_mode_or_on_another_thread_count(tmp_path, monkeypatch):
+    """``make docs`` reuses the notebooks the test suite executed only where they would be the same: the
+    suite's workers run on one thread, and the site's timings should not be theirs."""
+    import json
+
+    from minibass.course import execute
+
+    source, out = tmp_path / "00_chapter.py", tmp_path / "00_chapter.ipynb"
+    source.write_text("# %%\nprint(1)\n")
+
+    def executed(**recorded):
+        out.write_text(json.dumps({"metadata": {"minibass": recorded}}))
+        os.utime(out, (source.stat().st_mtime + 1,) * 2)
+
+    threads = torch.get_num_threads()
+    executed(fast=execute.FAST, threads=threads)
+    assert execute.up_to_date(source, out)
+    executed(fast=not execute.FAST, threads=threads)
+    assert not execute.up_to_date(source, out)
+    executed(fast=execute.FAST, threads=threads + 1)
+    assert not execute.up_to_date(source, out)
+    executed(fast=execute.FAST)  # executed before the thread count was recorded
+    assert not execute.up_to_date(source, out)
+    executed(fast=execute.FAST, threads=threads)
+    os.utime(source, (out.stat().st_mtime + 1,) * 2)  # the source edited since
+    assert not execute.up_to_date(source, out)
+
+
 def test_stub_keeps_the_indentation_and_rejects_broken_markers():
     text = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
     assert course_build.stub(text) == f"def f(x):\n    {course_build.STUB}\n"

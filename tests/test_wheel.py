@@ -4,6 +4,7 @@ virtual environment in a temporary folder, and runs the demo and the README's ex
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,9 +20,14 @@ from minibass.course import ROOT
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """Built from a copy of the checkout: setuptools writes build/ and *.egg-info where it builds, and
+    under `make test` two workers may each build one at the same time."""
+    source = tmp_path_factory.mktemp("source") / "minibass"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (path,) = out.glob("minibass-*.whl")
     return path
 

@@ -7,7 +7,7 @@ in order, in one namespace per chapter, as ``python NN_name.py`` would run them 
 would be a syntax error). What a cell prints becomes its stream output and every
 matplotlib figure it leaves open becomes a PNG output, so the result is a notebook with outputs,
 which the documentation site renders (mkdocs-jupyter) with the chapter's plots. A chapter whose
-notebook is newer than its source (and made in the same mode) is not run again.
+notebook is newer than its source (and made in the same mode, on as many threads) is not run again.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
+
+import torch
 
 from . import FAST
 from .build import CHAPTERS, chapters
@@ -69,7 +71,7 @@ def execute(source: Path, out: Path | None = None):
     finally:
         os.chdir(cwd)
         sys.path.remove(str(source.parent))
-    notebook.metadata["minibass"] = {"fast": FAST}
+    notebook.metadata["minibass"] = {"fast": FAST, "threads": torch.get_num_threads()}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -78,11 +80,14 @@ def execute(source: Path, out: Path | None = None):
 
 
 def up_to_date(source: Path, out: Path) -> bool:
+    """Whether ``out`` was executed from this ``source``, in this mode (FAST or not) and on as many threads as
+    PyTorch has here (the test suite's workers run on one: their timings are not the site's)."""
     import json
 
     if not out.exists() or out.stat().st_mtime < source.stat().st_mtime:
         return False
-    return json.loads(out.read_text()).get("metadata", {}).get("minibass", {}).get("fast") == FAST
+    recorded = json.loads(out.read_text()).get("metadata", {}).get("minibass", {})
+    return recorded.get("fast") == FAST and recorded.get("threads") == torch.get_num_threads()
 
 
 def main(argv=None) -> int:

@@ -100,7 +100,7 @@ def test_rebuilding_keeps_a_learners_edits_and_refreshes_the_rest(tmp_path):
     assert "my answer" not in mine.read_text()
 
 
-def test_an_executed_chapter_is_run_again_in_another_mode_or_on_another_thread_count(tmp_path, monkeypatch):
+def test_an_executed_chapter_is_run_again_in_another_mode_or_on_another_thread_count(tmp_path):
     """``make docs`` reuses the notebooks the test suite executed only where they would be the same: the
     suite's workers run on one thread, and the site's timings should not be theirs."""
     import json

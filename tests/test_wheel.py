@@ -18,13 +18,21 @@ import minibass
 from minibass.course import ROOT
 
 
+def left_by_tools(folder: str, names: list[str]) -> list[str]:
+    """What copying the checkout skips: bytecode anywhere; at the top, hidden folders (.git, .venv, caches),
+    build outputs and any virtual environment, whatever its name."""
+    if Path(folder) != ROOT:
+        return [n for n in names if n == "__pycache__"]
+    return [n for n in names if n.startswith(".") or n in ("__pycache__", "build", "dist", "site")
+            or n.endswith(".egg-info") or (ROOT / n / "pyvenv.cfg").exists()]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """Built from a copy of the checkout: setuptools writes build/ and *.egg-info where it builds, and
     under `make test` two workers may each build one at the same time."""
     source = tmp_path_factory.mktemp("source") / "minibass"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
+    shutil.copytree(ROOT, source, ignore=left_by_tools)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(out),
                     str(source)], check=True, capture_output=True)

@@ -41,6 +41,7 @@ def execute(source: Path, out: Path | None = None):
     import nbformat
 
     source = Path(source).resolve()
+    threads = torch.get_num_threads()  # recorded with the outputs: timings depend on it (``up_to_date``)
     notebook = jupytext.reads(source.read_text(), fmt="py:percent")
     namespace = {"__name__": "__main__", "__file__": str(source)}
     cwd = os.getcwd()
@@ -71,7 +72,7 @@ def execute(source: Path, out: Path | None = None):
     finally:
         os.chdir(cwd)
         sys.path.remove(str(source.parent))
-    notebook.metadata["minibass"] = {"fast": FAST, "threads": torch.get_num_threads()}
+    notebook.metadata["minibass"] = {"fast": FAST, "threads": threads}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

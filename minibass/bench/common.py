@@ -26,7 +26,8 @@ def provenance(device: str) -> dict:
     if device.startswith("cuda"):
         device_name = torch.cuda.get_device_name(torch.device(device))
     else:
-        device_name = f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+        threads = torch.get_num_threads()
+        device_name = f"{platform.processor() or platform.machine()} CPU, {threads} thread{'s' * (threads != 1)}"
     return {
         "device": device_name,
         "python": platform.python_version(),

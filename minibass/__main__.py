@@ -346,14 +346,16 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, *, default_tokens):
         p.add_argument("--target", help="target checkpoint folder (default: the shipped demo pair)")
         p.add_argument("--draft", help="draft checkpoint folder sharing the target's tokenizer")
-        p.add_argument("--max-new-tokens", type=int, default=default_tokens)
-        p.add_argument("--device", default="cpu", help="cpu or cuda")
-        p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--max-new-tokens", type=int, default=default_tokens,
+                       help=f"new tokens per prompt (default {default_tokens})")
+        p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+        p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"],
+                       help="the models' weights and activations (default float32)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the per-sequence random streams (default 0)")
 
     p = sub.add_parser("demo", help="regular vs batched speculative decoding on the shipped pair")
     common(p, default_tokens=48)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="sequences decoded together (default 8)")
     p.add_argument("--prompts", type=int, default=8,
                    help="held-out prompts to decode, in batches of --batch-size (default 8, at least one batch)")
     p.add_argument("--draft-lengths", nargs="+", default=["1", "2", "3", "4", "dynamic", "auto"],
@@ -368,8 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
     common(p, default_tokens=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: all)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="keep the most likely tokens up to this probability mass (default 1.0: all)")
     p.add_argument("--draft-length", default="dynamic",
                    help="an int, 'dynamic' (BASS Algorithm 1), 'per-sequence' or 'auto' (cost-aware)")
     p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")

@@ -18,7 +18,7 @@ from minibass.attention import BACKENDS, FORWARDS, AttentionMetadata, cost, naiv
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-# CUDA runs the Triton kernel compiled for real (GPU sessions: scripts/gpu_check.sh).
+# CUDA runs the Triton kernel compiled for real (on a GPU machine: scripts/gpu_check.sh).
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 

@@ -1,4 +1,4 @@
-"""Trains the demo pair shipped with minibass: a small code model and a distilled draft.
+r"""Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
     python -m minibass.zoo.train --out OUT --max-minutes 85              # a whole pair, part 1 (the target)
     python -m minibass.zoo.train --out OUT --max-minutes 90 --resume     # part 2 (the draft; ~170 min in all, 2 cores)

@@ -21,3 +21,13 @@ __all__ = [
     "ModelConfig", "SamplingParams", "TableLM", "attention", "exact", "generate", "load_model", "load_tokenizer",
     "rejection_sample", "sampling", "speculative_generate",
 ]
+
+
+def __getattr__(name: str):
+    """``minibass.zoo`` and ``minibass.oracle`` without importing them first: loaded on first use, so that
+    ``import minibass`` stays light."""
+    if name in ("zoo", "oracle"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .sampling import is_int
+
 
 class DraftLengthPolicy(Protocol):
     def lengths(self, active: list[int]) -> list[int]: ...
@@ -35,9 +37,10 @@ class FixedDraftLength:
     k: int
 
     def __post_init__(self):
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+        if not is_int(self.k) or self.k < 1:
             raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy "
                              f"object; got {self.k!r}")
+        self.k = int(self.k)  # a NumPy integer becomes a plain int, which the loop expects
 
     def lengths(self, active):
         return [self.k] * len(active)

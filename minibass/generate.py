@@ -20,6 +20,7 @@ from typing import Protocol, Sequence
 import torch
 from torch import Tensor
 
+from .attention import resolve_backend
 from .sampling import SamplingParams, SeedStreams, is_int, sample
 
 
@@ -62,7 +63,8 @@ class GenerationStats:
     """What happened during one call of ``generate`` or ``speculative_generate``.
 
     steps: rounds that emitted tokens (for plain decoding one token per active sequence each).
-    target_calls, draft_calls: forward calls of each model, prefill (and the draft's catch-up) included.
+    target_calls, draft_calls: forward calls of each model, the prefill (made unless every prompt is one
+    token) and the draft's catch-up included.
     draft_lengths: the draft length used at each step (the most any sequence drafted).
     accepted: ``[step][sequence]``, the draft tokens each sequence accepted, ``IDLE`` (-1) where a
     sequence did no work (finished, or its budget was spent).
@@ -89,7 +91,8 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """Draft tokens accepted / proposed over active sequences (None for plain decoding)."""
+        """Draft tokens accepted / proposed over active sequences (None for plain decoding; 0.0 when no
+        draft token was proposed, e.g. with ``max_new_tokens`` 1)."""
         if not self.speculative:
             return None
         return self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
@@ -120,11 +123,22 @@ class GenerationResult:
     stats: GenerationStats
 
 
-def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, sampling: SamplingParams) -> None:
+def check_models(models: Sequence[CausalLM]) -> None:
+    """A ValueError unless every model has what ``CausalLM`` asks for (a folder path is not a model)."""
+    for model in models:
+        if not all(hasattr(model, name) for name in ("vocab_size", "init_cache", "forward")):
+            raise ValueError(f"expected a model with vocab_size, init_cache and forward (a CausalLM, e.g. from "
+                             f"minibass.load_model(folder)), got {type(model).__name__} {model!r:.60}")
+
+
+def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, sampling: SamplingParams,
+                  attention: str | None = None) -> None:
     """The ValueErrors for bad input that both decoders raise, in one place."""
+    check_models(models)
+    resolve_backend(attention, "cpu")  # an unknown backend name fails here, before any work (None passes)
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError("prompts must be a non-empty list of token-id lists")
@@ -178,7 +192,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     eos_token_id: None, one token id, or a list of them (any of them ends a sequence).
     attention: a key of ``minibass.BACKENDS``, or None for the model's default for its device.
     """
-    check_request([model], prompts, max_new_tokens, sampling)
+    check_request([model], prompts, max_new_tokens, sampling, attention)
     eos = check_eos(eos_token_id, model.vocab_size)
     batch = len(prompts)
     streams = SeedStreams(seed, batch)

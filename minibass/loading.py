@@ -115,6 +115,8 @@ def _weight_files(folder: Path) -> list[Path]:
         if missing:
             raise FileNotFoundError(f"{index} lists shards that are missing: {missing}")
         return files
+    if (folder / "model.safetensors").exists():  # what transformers reads: a stray file beside it (Mistral's
+        return [folder / "model.safetensors"]      # consolidated.safetensors, in another naming) is left alone
     files = sorted(folder.glob("*.safetensors"))
     if files:
         return files
@@ -136,6 +138,19 @@ def _dtype(dtype) -> torch.dtype:
         raise ValueError(f"dtype must be a floating-point torch dtype or its name (e.g. torch.bfloat16 or "
                          f"'bfloat16'), got {dtype!r}")
     return named
+
+
+def _device(device) -> torch.device:
+    """A torch device from a device or its name; default CPU. CUDA must be there to be asked for."""
+    try:
+        device = torch.device(device or "cpu")
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be a torch device or its name (e.g. 'cpu', 'cuda', 'cuda:1'), got {device!r}: "
+                         f"{e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} asked for, but CUDA is not available to this PyTorch "
+                         f"({torch.__version__})")
+    return device
 
 
 def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.device | str | None = None) -> Decoder:
@@ -161,18 +176,26 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
                          "decoder needs") from None
     files = _weight_files(folder)
     dtype = _dtype(dtype)
-    device = torch.device(device or "cpu")
+    device = _device(device)
 
     with torch.device("meta"):
         model = Decoder(config)
     state = {}
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for name in f.keys():
-                state[name] = f.get_tensor(name)
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    state[name] = f.get_tensor(name)
+        except Exception as e:  # safetensors' own error type for a damaged or truncated file
+            raise ValueError(f"{file} is not a readable safetensors file: {e}") from None
     state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints store it
     if config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
+        head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
+        if head is not None and embedding is not None and not torch.equal(head, embedding):
+            raise ValueError(f"{config_path} ties the output head to the token embeddings "
+                             "(tie_word_embeddings), but the checkpoint's lm_head.weight differs from them; "
+                             "transformers 5 then uses the stored head and older versions tie it: set "
+                             "tie_word_embeddings to false, or remove lm_head.weight, to say which is meant")
     shapes = model.state_dict()  # (meta tensors: names and shapes only)
     ours = [k for k in shapes if not (config.tie_word_embeddings and k == "lm_head.weight")]
     expected = {part for name in ours for part in checkpoint_names(name)}

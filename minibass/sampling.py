@@ -43,11 +43,13 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
+        if (isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float, np.integer, np.floating))
+                or not np.isfinite(self.temperature) or self.temperature < 0):
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
         if not is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
+        if (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float, np.integer, np.floating))
+                or not (0.0 < self.top_p <= 1.0)):
             raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {self.top_p!r}")
 
     @property
@@ -95,9 +97,15 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
     """Inverse-CDF sampling: one token per row of ``p`` from uniforms ``u``.
 
     p: [N, V] probabilities (rows need not be exactly normalised); u: [N] in [0, 1).
-    Returns long [N]. A token with zero probability is never returned.
+    Returns long [N]. A token with zero probability is never returned: a row with no finite
+    positive mass (NaN or infinite logits, e.g. a float16 overflow) raises a ValueError.
     """
     cdf = p.to(torch.float64).cumsum(-1)  # [N, V]
+    total = cdf[:, -1]  # [N]
+    if not bool((torch.isfinite(total) & (total > 0)).all()):  # the caller reads the tokens next: no extra wait
+        bad = (~(torch.isfinite(total) & (total > 0))).nonzero().flatten().tolist()
+        raise ValueError(f"cannot sample: rows {bad[:5]} of the distribution are NaN, infinite or all zero "
+                         "(did the model return non-finite logits, e.g. a float16 overflow?)")
     target = u.to(cdf.device, torch.float64) * cdf[:, -1]  # [N], strictly below the total mass
     idx = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)  # first i with cdf[i] > target
     # Rounding can push target onto the total; fall back to the last token with mass, which is

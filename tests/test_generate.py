@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,10 +42,40 @@ def model():
     (([[1]], 3), dict(eos_token_id="</s>"), "eos_token_id must be None, a token id or a list"),
     (([[1]], 3), dict(eos_token_id=11), "eos_token_id must be"),
     (([[1]], 3), dict(eos_token_id=[]), "eos_token_id must be"),
+    (([[1]], 0), dict(attention="flash"), "attention must be one of"),  # checked even when nothing is decoded
 ])
 def test_bad_requests_raise_value_error(model, args, kwargs, message):
     with pytest.raises(ValueError, match=message):
         minibass.generate(model, *args, **{"attention": "naive", **kwargs})
+
+
+def test_a_folder_path_is_not_taken_for_a_model():
+    with pytest.raises(ValueError, match="expected a model with vocab_size, init_cache and forward"):
+        minibass.generate("path/to/checkpoint", [[1]], 3)
+
+
+class NonFinite(torch.nn.Module):
+    """A model whose logits are ``value`` everywhere (NaN, or inf as after a float16 overflow)."""
+
+    def __init__(self, model, value):
+        super().__init__()
+        self.model, self.value, self.vocab_size = model, value, model.vocab_size
+
+    def init_cache(self, batch_size, capacity):
+        return self.model.init_cache(batch_size, capacity)
+
+    def forward(self, tokens, q_lens, cache, *, attention=None):
+        return self.model(tokens, q_lens, cache, attention=attention).fill_(self.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_logits_raise_instead_of_giving_an_out_of_range_token(model, value):
+    with pytest.raises(ValueError, match="NaN, infinite or all zero.*non-finite logits"):
+        minibass.generate(NonFinite(model, value), [[1, 2]], 1, sampling=SamplingParams(temperature=1.0), seed=0)
+
+
+def test_numpy_integer_budget(model):
+    assert [len(t) for t in minibass.generate(model, PROMPTS, np.int64(3), attention="naive").tokens] == [3, 3, 3]
 
 
 def test_lengths_and_eos(model):

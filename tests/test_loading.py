@@ -107,6 +107,45 @@ def test_dtype_by_name_and_bad_dtypes(save_hf):
             minibass.load_model(folder, dtype=bad)
 
 
+def test_bad_devices_are_refused_before_the_weights_are_read(save_hf):
+    folder = save_hf(hf_tiny("llama"))
+    for bad in ("gpu", "cuda:x", 3.5):
+        with pytest.raises(ValueError, match="device must be a torch device or its name"):
+            minibass.load_model(folder, device=bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'cuda' asked for, but CUDA is not available"):
+            minibass.load_model(folder, device="cuda")
+
+
+def test_a_stray_weights_file_beside_model_safetensors_is_left_alone(save_hf):
+    from safetensors.torch import save_file
+
+    folder = save_hf(hf_tiny("llama"))
+    save_file({"tok_embeddings.weight": torch.zeros(2, 2)}, folder / "consolidated.safetensors")  # Mistral's naming
+    assert minibass.load_model(folder).vocab_size == 97
+
+
+def test_a_damaged_weights_file_is_named(save_hf):
+    folder = save_hf(hf_tiny("llama"))
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated: the header promises more than is there
+    with pytest.raises(ValueError, match="model.safetensors is not a readable safetensors file"):
+        minibass.load_model(folder)
+
+
+def test_a_tied_config_with_a_different_stored_head_is_refused(save_hf):
+    """transformers 5 uses the stored head there, older versions the embeddings: minibass asks which."""
+    folder = save_hf(hf_tiny("llama"))  # untied: lm_head.weight is stored and differs from the embeddings
+    edit_config(folder, tie_word_embeddings=True)
+    with pytest.raises(ValueError, match="ties the output head.*lm_head.weight differs"):
+        minibass.load_model(folder)
+    tied = save_hf(hf_tiny("llama", tie_word_embeddings=True), "tied")  # a truly tied checkpoint still loads
+    hf, ids = hf_tiny("llama", tie_word_embeddings=True), torch.tensor([5, 9, 2, 7])
+    model = minibass.load_model(tied)
+    out = model(ids, torch.tensor([4]), model.init_cache(1, 8), attention="naive")
+    assert (out - hf(ids[None]).logits[0]).abs().max() <= 1e-4
+
+
 def test_sliding_window_caps_max_seq_len(save_hf):
     folder = save_hf(hf_tiny("mistral", sliding_window=16, max_position_embeddings=64))
     with pytest.warns(UserWarning, match="sliding-window"):

@@ -20,6 +20,7 @@ ALPHA = 1e-6  # false-alarm rate of every statistical test in this file
     (dict(temperature=-0.5), "temperature"), (dict(temperature=float("nan")), "temperature"),
     (dict(top_k=-1), "top_k"), (dict(top_k=2.5), "top_k"),
     (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+    (dict(temperature=True), "temperature"), (dict(top_p=True), "top_p"),  # bools are not numbers here
 ])
 def test_invalid_sampling_params(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -65,6 +66,21 @@ def test_probs_properties(case):
         # Kept tokens keep their relative odds.
         ratio = row[support] / full_row[support]
         assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-9)
+
+
+def test_numpy_numbers_are_sampling_params():
+    import numpy as np
+
+    assert SamplingParams(temperature=np.float64(0.5), top_k=np.int64(3), top_p=np.float32(0.9)).top_k == 3
+
+
+@pytest.mark.parametrize("row", [[0.5, float("nan"), 0.5], [0.0, float("inf"), 1.0], [0.0, 0.0, 0.0]])
+def test_sample_from_refuses_a_row_it_cannot_sample_from(row):
+    """Inverse-CDF sampling on a NaN, infinite or empty row would return V, out of range, or a token of
+    probability 0: it raises instead, naming the row."""
+    p = torch.tensor([[0.2, 0.3, 0.5], row], dtype=torch.float64)
+    with pytest.raises(ValueError, match="rows \\[1\\] of the distribution are NaN, infinite or all zero"):
+        sample_from(p, torch.tensor([0.5, 0.5], dtype=torch.float64))
 
 
 def test_top_k_keeps_ties():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -538,6 +539,25 @@ def test_bad_input(models, kwargs, message):
 def test_vocabulary_mismatch(models):
     with pytest.raises(ValueError, match="share a vocabulary"):
         minibass.speculative_generate(models["target"], TableLM.random(5), [[1]], 3)
+    # Checked before the prompts: token 7 is valid for the target (V = 11), not for a draft of V = 5.
+    with pytest.raises(ValueError, match="share a vocabulary"):
+        minibass.speculative_generate(models["target"], TableLM.random(5), [[1, 7]], 3)
+
+
+def test_a_folder_path_is_not_taken_for_a_model(models):
+    with pytest.raises(ValueError, match="expected a model with vocab_size, init_cache and forward"):
+        minibass.speculative_generate("path/to/target", models["other"], [[1]], 3)
+    with pytest.raises(ValueError, match="expected a model"):
+        minibass.speculative_generate(models["target"], "path/to/draft", [[1]], 3)
+
+
+def test_numpy_integers_are_draft_lengths_and_budgets(models):
+    greedy = SamplingParams(temperature=0)
+    expected = minibass.speculative_generate(models["target"], models["other"], PROMPTS, 5, sampling=greedy,
+                                             draft_length=3, attention="padded")
+    got = minibass.speculative_generate(models["target"], models["other"], PROMPTS, np.int64(5), sampling=greedy,
+                                        draft_length=np.int64(3), attention="padded")
+    assert got.tokens == expected.tokens and got.stats.draft_lengths == expected.stats.draft_lengths
 
 
 def test_fixed_policy_validates():

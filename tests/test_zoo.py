@@ -29,6 +29,16 @@ def hf_pair():
     return tuple(AutoModelForCausalLM.from_pretrained(d, **hf_dtype(torch.float32)).eval() for d in (target_dir, draft_dir))
 
 
+
+def test_zoo_and_oracle_are_attributes_of_the_package_without_importing_them():
+    """``import minibass`` then ``minibass.zoo.load_demo_pair()``, as the API is spelled; loaded on first use."""
+    code = ("import sys, minibass; assert 'minibass.zoo' not in sys.modules and 'minibass.oracle' not in sys.modules; "
+            "print(minibass.zoo.demo_paths()[0].name, minibass.oracle.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["target", "minibass.oracle"]
+    with pytest.raises(AttributeError, match="has no attribute 'zooo'"):
+        minibass.zooo
+
 def test_shipped_pair_is_small_and_documented():
     total = 0
     for folder in zoo.demo_paths():

@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0,
                    help="keep the most likely tokens up to this probability mass (default 1.0: all)")
     p.add_argument("--draft-length", default="dynamic",
-                   help="an int, 'dynamic' (BASS Algorithm 1), 'per-sequence' or 'auto' (cost-aware)")
+                   help="an int, 'dynamic' (BASS Algorithm 1, the default), 'per-sequence' or 'auto' (cost-aware)")
     p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")

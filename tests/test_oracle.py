@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -51,6 +52,8 @@ def test_events_in_words_name_the_bonus_token():
     assert event_words(tuple(range(K)) + (3,)) == f"{K} drafts accepted {tuple(range(K))}, then bonus token 3"
     verdict = oracle.check_sampler(known_bugs.SAMPLERS["bonus_off_by_one"], rows=BUG_ROWS)
     assert f"[temperature] position {K + 1} marginal (bonus token)" in [c.name for c in verdict.checks]
+    bonus = next(c for c in verdict.failures() if c.name == f"[temperature] position {K + 1} marginal (bonus token)")
+    assert bonus.detail.startswith("token ") and f"at position {K + 1}: observed" in bonus.detail  # its cells, named
 
 
 def test_the_u_zero_bug_needs_the_given_uniforms_probe():
@@ -397,7 +400,9 @@ def test_a_failing_attention_row_names_the_worst_case_too():
 
     verdict = oracle.check_attention(wrong_on_long_caches, cases=40)
     detail = verdict.failures()[0].detail
-    worst = max(oracle.attention.attention_cases(40), key=lambda c: max(c.kv_lens))
+    cases = oracle.attention.attention_cases(40)
+    longest = max(max(c.kv_lens) for c in cases)  # several cases share it: the smallest of them is named
+    worst = min((c for c in cases if max(c.kv_lens) == longest), key=lambda c: c.size)
     assert detail.startswith("smallest: ") and f"Worst: {worst}" in detail
     assert verdict.failures()[0].statistic == pytest.approx(max(worst.kv_lens) / 1000, rel=1e-3)
 
@@ -480,6 +485,60 @@ def test_verdict_reads_and_serialises():
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "minibass", "oracle", *args], capture_output=True, text=True)
+
+
+def test_cli_json_stays_alone_on_stdout_when_the_engine_prints(tmp_path):
+    (tmp_path / "chatty.py").write_text(
+        "from minibass.attention import naive\n"
+        "def attention(*args, **kwargs):\n"
+        "    print('loading kernels... done')\n"
+        "    return naive(*args, **kwargs)\n")
+    run = subprocess.run([sys.executable, "-m", "minibass", "oracle", "attention", "chatty:attention", "--cases", "1",
+                          "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["ok"] is True and "loading kernels... done" in run.stderr
+
+
+@pytest.mark.parametrize("seed", ["-5", "100000000000000000000000", "x"])
+def test_cli_seed_is_checked_before_anything_runs(seed):
+    run = _cli("generator", "minibass", "--seed", seed, "--samples", "200")
+    assert run.returncode == 2 and "--seed: must be an int in [0, 2**63)" in run.stderr
+
+
+def test_the_oracle_leaves_the_callers_random_state_alone(tmp_path):
+    from minibass.oracle.generator import write_pair
+
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    write_pair(tmp_path, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_cells_named_are_those_with_evidence_not_a_stray_count_in_a_tiny_cell():
+    exact = {"a": 0.3, "b": 0.3, "c": 0.0001, "d": 0.3999}
+    observed = Counter({"a": 340, "b": 300, "c": 2, "d": 358})  # c: 2 seen where 0.1 expected, +6.0 sd
+    assert stats.worst_cells(exact, observed, n_cells=1) == "event a: observed 340, expected 300 (+2.3 sd)"
+
+
+def test_a_non_finite_output_says_whether_a_stale_slot_caused_it():
+    leak = oracle.check_attention(known_bugs.ATTENTION["stale_slot_leak"], cases=1)
+    assert "with the stale slots zeroed the output is finite" in leak.failures()[0].detail
+
+    def nan_everywhere(q, k, v, q_lens, kv_lens, *, scale=None):
+        return BACKENDS["naive"](q, k, v, q_lens, kv_lens, scale=scale) * float("nan")
+
+    own = oracle.check_attention(nan_everywhere, cases=1)
+    assert "still non-finite with the stale slots zeroed" in own.failures()[0].detail
+
+
+def test_a_sampler_that_changes_its_inputs_is_told_which():
+    def normalises_in_place(draft_tokens, draft_probs, target_probs, *, generator=None):
+        target_probs /= target_probs.sum(-1, keepdim=True)
+        return known_bugs.textbook(draft_tokens, draft_probs, target_probs, generator=generator)
+
+    verdict = oracle.check_sampler(normalises_in_place, rows=200)
+    assert not verdict.ok and "modified target_probs in place" in str(verdict)
 
 
 def test_cli_exit_status_and_json(tmp_path):

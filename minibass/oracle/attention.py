@@ -49,15 +49,15 @@ class AttentionCase:
         return sum(q * kv for q, kv in zip(self.q_lens, self.kv_lens)) * self.n_heads * self.head_dim + \
             sum(self.kv_lens)
 
-    def tensors(self, dtype=torch.float32, device=None):
-        """(q, k_cache, v_cache, q_lens, kv_lens), stale slots poisoned with NaN (K) and inf (V)."""
+    def tensors(self, dtype=torch.float32, device=None, poison: bool = True):
+        """(q, k_cache, v_cache, q_lens, kv_lens), stale slots poisoned with NaN (K) and inf (V), or zero."""
         g = torch.Generator().manual_seed(self.seed)
         batch, capacity = len(self.q_lens), max(self.kv_lens) + 5
         q = torch.randn(sum(self.q_lens), self.n_heads, self.head_dim, generator=g)
         k = torch.randn(batch, self.n_kv_heads, capacity, self.head_dim, generator=g)
         v = torch.randn(batch, self.n_kv_heads, capacity, self.head_dim, generator=g)
         for b, n in enumerate(self.kv_lens):
-            k[b, :, n:], v[b, :, n:] = float("nan"), float("inf")
+            k[b, :, n:], v[b, :, n:] = (float("nan"), float("inf")) if poison else (0.0, 0.0)
         lens = torch.tensor(self.q_lens), torch.tensor(self.kv_lens)
         return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v)) + tuple(t.to(device) for t in lens)
 
@@ -80,18 +80,27 @@ GRID = [  # (label, q_lens, kv_lens, scale)
     # query tiles of 16, 32, 64 and 128 rows: chunks ending just past a tile, prefill and chunked prefill
     ("long chunks (chunked prefill)", (33, 130, 0, 65), (33, 150, 4, 200), None),
     ("explicit scale", (1, 4, 6, 0), (9, 4, 30, 3), SCALE),
+    # split-KV (flash-decoding) kernels combine partial results past 512, 1024, 2048 keys
+    ("long caches (split-KV decode)", (1, 1, 4, 1), (1030, 2049, 600, 3), None),
+    # kernels with per-batch tables or a grid sized for a few sequences
+    ("a wide batch of 33, decode and verify mixed", (1, 4, 0, 1, 2) * 6 + (1, 4, 1),
+     tuple(range(5, 170, 5)), None),
 ]
+# Beyond the grid's heads: a Llama-style 32 query heads over 8 kv heads (one case, added to the grid).
+MANY_HEADS = ("32 query heads over 8 kv heads", (1, 3, 0, 5), (70, 9, 4, 600), 32, 8, 128)
 HEADS = [(4, 4), (4, 2), (4, 1), (6, 3)]  # MHA, GQA, MQA, odd group count
 HEAD_DIMS = [16, 64, 59, 128]
 
 
 def attention_cases(n: int, seed: int = 0) -> list[AttentionCase]:
-    """The grid (every shape with MHA, GQA and MQA and one odd head dim), then seeded random cases up to
-    ``n`` in all; the grid is always there, whatever ``n``."""
+    """The grid (every shape with MHA, GQA and MQA and one odd head dim, and one case of many heads), then
+    seeded random cases up to ``n`` in all; the grid is always there, whatever ``n``."""
     cases = []
     for i, (label, q_lens, kv_lens, scale) in enumerate(GRID):
         for j, (h, hk) in enumerate(HEADS[:3]):
             cases.append(AttentionCase(q_lens, kv_lens, h, hk, (64, 59, 16)[j], seed + 1000 * i + j, label, scale))
+    label, q_lens, kv_lens, h, hk, d = MANY_HEADS
+    cases.append(AttentionCase(q_lens, kv_lens, h, hk, d, seed + 1000 * len(GRID), label))
     g = torch.Generator().manual_seed(seed)
 
     def draw(lo, hi):  # an integer in [lo, hi]
@@ -134,13 +143,28 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
     out = out.detach().cpu().double()
     if not torch.isfinite(out).all():
         row, head, _ = torch.nonzero(~torch.isfinite(out))[0].tolist()
-        return float("inf"), f"non-finite output at {_where(row, head, q_lens, kv_lens)}: a stale slot leaked in?"
+        cause = _non_finite_cause(fn, case, dtype, device)
+        return float("inf"), f"non-finite output at {_where(row, head, q_lens, kv_lens)}: {cause}"
     if not out.numel():
         return 0.0, ""
     diff = (out - expected).abs()
     err = float(diff.max())
     row, head, _ = torch.nonzero(diff == err)[0].tolist()
     return err, f"max error {err:.3g} at {_where(row, head, q_lens, kv_lens)}"
+
+
+def _non_finite_cause(fn, case: AttentionCase, dtype, device) -> str:
+    """Why the output was not finite, told apart by running the case again with the stale slots zeroed."""
+    q, k, v, q_lens, kv_lens = case.tensors(dtype, device, poison=False)
+    try:
+        out = fn(q, k, v, q_lens, kv_lens) if case.scale is None else fn(q, k, v, q_lens, kv_lens, scale=case.scale)
+        finite = bool(torch.isfinite(out).all())
+    except Exception:  # it raised this time: say nothing more than the first run showed
+        return "a stale slot (NaN/inf past kv_lens) leaked in?"
+    if finite:
+        return "a stale slot (NaN/inf past kv_lens) leaked in: with the stale slots zeroed the output is finite"
+    return ("still non-finite with the stale slots zeroed: a query row left with no key to attend to (a causal "
+            "mask off by one?), or an overflow in the kernel's own arithmetic")
 
 
 def _changed(inputs: tuple, given: tuple) -> list[str]:
@@ -171,7 +195,7 @@ def _where(row: int, head: int, q_lens, kv_lens) -> str:
 def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 200, seed: int = 0,
                     name: str | None = None) -> Verdict:
     """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype (at least the
-    27 of the grid).
+    34 of the grid).
 
     One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
     row names the smallest failing case (least work) with the position of its largest error, the case
@@ -210,5 +234,10 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
                     detail=detail)
     verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
+    largest = [max(len(c.q_lens) for c in all_cases), max(max(c.kv_lens) for c in all_cases),
+               max(max(c.q_lens) for c in all_cases), max(c.n_heads for c in all_cases),
+               max(c.head_dim for c in all_cases)]
+    verdict.notes.append("cases covered up to: batch {}, {} cached keys, {} new tokens per sequence, {} query heads, "
+                         "head dim {}; a kernel may still fail beyond these".format(*largest))
     verdict.seconds = time.perf_counter() - started
     return verdict

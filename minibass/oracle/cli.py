@@ -12,6 +12,7 @@ of another kind of check, such as ``--rows`` for attention).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -88,9 +89,21 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, help="generator: top-p (default 1, off)")
     p.add_argument("--alpha", type=float, help="sampler, generator: false-alarm rate of the whole verdict "
                                                "(default 1e-6)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the cases, rows or samples drawn (default 0)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON (alone on stdout: whatever the "
+                                                       "code under test prints goes to stderr)")
     p.set_defaults(func=run)
+
+
+def seed_value(text: str) -> int:
+    """--seed: an int in [0, 2**63), the seeds minibass's random streams take."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be an int in [0, 2**63), got {text!r}")
+    return seed
 
 
 def _options(args) -> None:
@@ -105,7 +118,7 @@ def _options(args) -> None:
 
 
 def run(args) -> int:
-    from minibass import SamplingParams, oracle
+    from minibass import oracle
 
     _options(args)
     oracle.stats.check_alpha(args.alpha)
@@ -118,6 +131,15 @@ def run(args) -> int:
         uniforms = resolve(name, sorted(adapters), option="--uniforms")
     elif uniforms_name:
         uniforms = resolve(uniforms_name)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the verdict alone (``--json`` is read from it)
+        verdict = _check(args, fn, uniforms)
+    print(verdict.to_json() if args.json else verdict)
+    return 0 if verdict.ok else 1
+
+
+def _check(args, fn, uniforms):
+    from minibass import SamplingParams, oracle
+
     label = args.target
     if args.kind == "attention":
         verdict = oracle.check_attention(fn, dtypes=tuple(DTYPES[d] for d in args.dtypes), device=args.device,
@@ -132,5 +154,4 @@ def run(args) -> int:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
         verdict = oracle.check_generator(fn, n_tokens=args.n_tokens, samples=args.samples, sampling=sampling,
                                          alpha=args.alpha, seed=args.seed, name=label, head_dim=args.head_dim)
-    print(verdict.to_json() if args.json else verdict)
-    return 0 if verdict.ok else 1
+    return verdict

@@ -71,11 +71,11 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8,
                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                          max_position_embeddings=MAX_POSITIONS,
                          tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
-    torch.manual_seed(seed)
-    target = LlamaForCausalLM(config).eval()
-    draft = LlamaForCausalLM(config).eval()
-    std = 0.6 * (8 / head_dim) ** 0.5  # wide logits: distributions far from uniform, at any width
-    with torch.no_grad():
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # the caller's global random state is left as it was
+        torch.manual_seed(seed)
+        target = LlamaForCausalLM(config).eval()
+        draft = LlamaForCausalLM(config).eval()
+        std = 0.6 * (8 / head_dim) ** 0.5  # wide logits: distributions far from uniform, at any width
         for t, d in zip(target.parameters(), draft.parameters()):
             if t.dim() == 2:
                 t.normal_(0, std)

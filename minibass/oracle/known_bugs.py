@@ -220,4 +220,26 @@ def idle_ignores_kv_lens(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     return naive(q, k_cache[keep], v_cache[keep], q_lens[keep], wrong_kv, scale=scale)
 
 
-ATTENTION = {f.__name__: f for f in (causal_off_by_one, stale_slot_leak, idle_ignores_kv_lens)}
+def eight_sequence_table(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    """Per-sequence metadata in a fixed table of 8 slots: sequences past the 8th get no output (zeros)."""
+    out = naive(q, k_cache, v_cache, q_lens, kv_lens, scale=scale)
+    return out * (torch.arange(len(out)) < int(q_lens[:8].sum()))[:, None, None]  # rows of sequences 9.. zeroed
+
+
+def split_kv_without_rescale(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    """Flash-decoding: a single-token decode splits its keys into chunks of 512, attends within each
+    chunk, then averages the chunks' outputs instead of weighting each by its share of the softmax
+    mass (the bug). Right wherever a cache fits in one chunk, and for every step of more than one token."""
+    chunk, out, start = 512, naive(q, k_cache, v_cache, q_lens, kv_lens, scale=scale), 0
+    for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        if n_q == 1 and n_kv > chunk:
+            parts = [naive(q[start:start + 1], k_cache[b:b + 1, :, s:s + chunk], v_cache[b:b + 1, :, s:s + chunk],
+                           q_lens[b:b + 1], torch.tensor([min(chunk, n_kv - s)]), scale=scale)
+                     for s in range(0, n_kv, chunk)]
+            out[start] = torch.stack(parts).mean(0)[0]
+        start += n_q
+    return out
+
+
+ATTENTION = {f.__name__: f for f in (causal_off_by_one, stale_slot_leak, idle_ignores_kv_lens, eight_sequence_table,
+                                     split_kv_without_rescale)}

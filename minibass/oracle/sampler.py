@@ -126,8 +126,10 @@ def _call(fn, tokens, draft_probs, target_probs, generator):
         result = fn(*inputs, generator=generator)
     except Exception as e:
         return None, None, raised(e)
-    if not all(torch.equal(a, b) for a, b in zip(inputs, (tokens, draft_probs, target_probs))):
-        return None, None, "modified its inputs"
+    changed = [name for name, a, b in zip(("draft_tokens", "draft_probs", "target_probs"), inputs,
+                                          (tokens, draft_probs, target_probs)) if not torch.equal(a, b)]
+    if changed:
+        return None, None, f"modified {', '.join(changed)} in place: inputs belong to the caller"
     try:
         n, y = result
         n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
@@ -191,16 +193,22 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
         verdict.add(f"[{setup}] impossible events", "rows emitting an event of probability 0", sum(impossible.values()),
                     0, detail=f"{event_words(first)}, seen {impossible[first]} times" if impossible else "")
         joint = stats.g_test(possible, exact)
-        verdict.add_g_test(f"[{setup}] joint G-test", joint, level,
-                           what=f"total variation {stats.total_variation(exact, observed):.4f}; ",
+        tv = f"total variation {stats.total_variation(exact, observed):.4f}"
+        if impossible:  # the G-test sees only the possible events: say what is left among them
+            tv += f", {stats.total_variation(exact, possible):.4f} among the possible events"
+        verdict.add_g_test(f"[{setup}] joint G-test", joint, level, what=f"{tv}; ",
                            detail=stats.worst_cells(exact, possible, words=event_words))
         powers.append(f"{setup} {stats.detectable_tv(rows, joint.dof, level):.4f}")
         views = [(f"position {j + 1} marginal" + (" (bonus token)" if j == K else ""),
-                  stats.marginal_events(exact, observed, j)) for j in range(K + 1)]
-        views.append(("emitted length", stats.length_events(exact, observed)))
-        for label, (coarse_exact, coarse_observed) in views:
-            test = stats.g_test(stats.split_impossible(coarse_observed, coarse_exact)[0], coarse_exact)
-            verdict.add_g_test(f"[{setup}] {label}", test, level)
+                  stats.marginal_events(exact, observed, j),
+                  lambda e, j=j: f"token {e} at position {j + 1}" if e >= 0 else f"fewer than {j + 1} tokens emitted")
+                 for j in range(K + 1)]
+        views.append(("emitted length", stats.length_events(exact, observed), lambda e: f"{e} tokens emitted"))
+        for label, (coarse_exact, coarse_observed), words in views:
+            coarse_possible = stats.split_impossible(coarse_observed, coarse_exact)[0]
+            test = stats.g_test(coarse_possible, coarse_exact)
+            verdict.add_g_test(f"[{setup}] {label}", test, level,
+                               detail=stats.worst_cells(coarse_exact, coarse_possible, words=words))
     verdict.notes.append(f"{rows:,} rows per setup, V = {V}, k = {K}; each of {n_tests} tests at alpha / {n_tests} = "
                          f"{level:.2g}. Smallest total variation of the joint caught with probability 0.99: "
                          + ", ".join(powers))

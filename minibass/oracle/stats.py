@@ -153,9 +153,10 @@ def total_variation(exact: dict, observed: Counter) -> float:
 
 def worst_cells(exact: dict, observed: Counter, n_cells: int = 3, words=lambda event: f"event {event}") -> str:
     """The ``n_cells`` events furthest from their expected counts, in standard deviations, in words
-    (``words(event)`` names an event)."""
+    (``words(event)`` names an event). Events expected less than once come last: there a single stray
+    count is several standard deviations, and would crowd out the cells that carry the evidence."""
     n = sum(observed.values())
     scored = [((observed.get(e, 0) - p * n) / max(np.sqrt(p * n), 1e-12), e) for e, p in exact.items()]
-    worst = sorted(scored, key=lambda t: -abs(t[0]))[:n_cells]
+    worst = sorted(scored, key=lambda t: (exact[t[1]] * n < 1, -abs(t[0])))[:n_cells]
     return "; ".join(f"{words(e)}: observed {observed.get(e, 0)}, expected {exact[e] * n:.3g} ({z:+.1f} sd)"
                      for z, e in worst)

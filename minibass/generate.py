@@ -63,8 +63,8 @@ class GenerationStats:
     """What happened during one call of ``generate`` or ``speculative_generate``.
 
     steps: rounds that emitted tokens (for plain decoding one token per active sequence each).
-    target_calls, draft_calls: forward calls of each model, the prefill (made unless every prompt is one
-    token) and the draft's catch-up included.
+    target_calls, draft_calls: forward calls of each model, the prefill (which ``speculative_generate`` skips
+    when every prompt is one token) and the draft's catch-up included.
     draft_lengths: the draft length used at each step (the most any sequence drafted).
     accepted: ``[step][sequence]``, the draft tokens each sequence accepted, ``IDLE`` (-1) where a
     sequence did no work (finished, or its budget was spent).
@@ -135,6 +135,9 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
                   attention: str | None = None) -> None:
     """The ValueErrors for bad input that both decoders raise, in one place."""
     check_models(models)
+    if len({model.vocab_size for model in models}) > 1:  # first: a prompt can be out of range for one of them only
+        raise ValueError(f"target and draft must share a vocabulary: vocab_size "
+                         f"{' vs '.join(str(model.vocab_size) for model in models)}")
     resolve_backend(attention, "cpu")  # an unknown backend name fails here, before any work (None passes)
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")

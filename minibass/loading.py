@@ -107,6 +107,11 @@ def config_from_hf(raw: dict) -> ModelConfig:
 
 
 def _weight_files(folder: Path) -> list[Path]:
+    """The safetensors files to read, in transformers' order of preference: ``model.safetensors`` alone
+    (a stray file beside it, such as Mistral's ``consolidated.safetensors`` in another naming, is left
+    alone), else the shards of ``model.safetensors.index.json``, else every ``*.safetensors``."""
+    if (folder / "model.safetensors").exists():
+        return [folder / "model.safetensors"]
     index = folder / "model.safetensors.index.json"
     if index.exists():
         weight_map = json.loads(index.read_text())["weight_map"]
@@ -115,8 +120,6 @@ def _weight_files(folder: Path) -> list[Path]:
         if missing:
             raise FileNotFoundError(f"{index} lists shards that are missing: {missing}")
         return files
-    if (folder / "model.safetensors").exists():  # what transformers reads: a stray file beside it (Mistral's
-        return [folder / "model.safetensors"]      # consolidated.safetensors, in another naming) is left alone
     files = sorted(folder.glob("*.safetensors"))
     if files:
         return files
@@ -143,13 +146,16 @@ def _dtype(dtype) -> torch.dtype:
 def _device(device) -> torch.device:
     """A torch device from a device or its name; default CPU. CUDA must be there to be asked for."""
     try:
-        device = torch.device(device or "cpu")
+        device = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device must be a torch device or its name (e.g. 'cpu', 'cuda', 'cuda:1'), got {device!r}: "
                          f"{e}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} asked for, but CUDA is not available to this PyTorch "
                          f"({torch.__version__})")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} "
+                         "CUDA device(s)")
     return device
 
 

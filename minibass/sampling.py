@@ -24,6 +24,11 @@ import torch
 from torch import Tensor
 
 
+def is_real(x) -> bool:
+    """A real number, NumPy's included (a bool is not one here)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
 def is_int(x) -> bool:
     """An integer as minibass takes one (token ids, seeds, top_k): a Python int or a NumPy integer, not a bool."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
@@ -43,13 +48,11 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if (isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float, np.integer, np.floating))
-                or not np.isfinite(self.temperature) or self.temperature < 0):
+        if not is_real(self.temperature) or not np.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}")
         if not is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {self.top_k!r}")
-        if (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float, np.integer, np.floating))
-                or not (0.0 < self.top_p <= 1.0)):
+        if not is_real(self.top_p) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {self.top_p!r}")
 
     @property
@@ -101,16 +104,16 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
     positive mass (NaN or infinite logits, e.g. a float16 overflow) raises a ValueError.
     """
     cdf = p.to(torch.float64).cumsum(-1)  # [N, V]
-    total = cdf[:, -1]  # [N]
-    if not bool((torch.isfinite(total) & (total > 0)).all()):  # the caller reads the tokens next: no extra wait
-        bad = (~(torch.isfinite(total) & (total > 0))).nonzero().flatten().tolist()
-        raise ValueError(f"cannot sample: rows {bad[:5]} of the distribution are NaN, infinite or all zero "
-                         "(did the model return non-finite logits, e.g. a float16 overflow?)")
-    target = u.to(cdf.device, torch.float64) * cdf[:, -1]  # [N], strictly below the total mass
-    idx = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)  # first i with cdf[i] > target
+    total = cdf[:, -1:].contiguous()  # [N, 1]
+    target = u.to(cdf.device, torch.float64)[:, None] * total  # [N, 1], strictly below the total mass
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # first i with cdf[i] > target
     # Rounding can push target onto the total; fall back to the last token with mass, which is
     # where the (non-decreasing) cdf first reaches its total.
-    last_positive = torch.searchsorted(cdf, cdf[:, -1:].contiguous()).squeeze(-1)
+    last_positive = torch.searchsorted(cdf, total).squeeze(-1)
+    usable = torch.isfinite(total[:, 0]) & (total[:, 0] > 0)  # [N]
+    if not bool(usable.all()):  # one wait for the device, after the work is queued (the caller reads the tokens next)
+        raise ValueError(f"cannot sample: rows {(~usable).nonzero().flatten().tolist()[:5]} of the distribution are "
+                         "NaN, infinite or all zero (did the model return non-finite logits, e.g. a float16 overflow?)")
     return torch.minimum(idx, last_positive)
 
 

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor
 
 from .draft_length import make_policy
-from .generate import IDLE, GenerationResult, GenerationStats, check_eos, check_models, check_request, last_logits
+from .generate import IDLE, GenerationResult, GenerationStats, check_eos, check_request, last_logits
 from .rejection import accept_and_resample
 from .sampling import SamplingParams, SeedStreams, probs, sample
 
@@ -302,10 +302,6 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     step: the function that runs one step from the phases (the course has the learner assemble
     one); leave the default.
     """
-    check_models([target, draft])
-    if target.vocab_size != draft.vocab_size:  # first: a prompt can only be out of range for one of them
-        raise ValueError(f"target and draft must share a vocabulary: vocab_size {target.vocab_size} "
-                         f"vs {draft.vocab_size}")
     check_request([target, draft], prompts, max_new_tokens, sampling, attention)
     eos = check_eos(eos_token_id, target.vocab_size)
     eos_token_id = None if eos is None else torch.tensor(eos)  # built once; emit compares with it every step

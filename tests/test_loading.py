@@ -117,6 +117,18 @@ def test_bad_devices_are_refused_before_the_weights_are_read(save_hf):
             minibass.load_model(folder, device="cuda")
 
 
+def test_model_safetensors_wins_over_an_index_beside_it_as_in_transformers(save_hf):
+    hf = hf_tiny("llama")
+    folder = save_hf(hf, max_shard_size="20KB")  # shards and their index
+    other = hf_tiny("llama", seed=1)
+    other.save_pretrained(folder / "single")
+    (folder / "single" / "model.safetensors").rename(folder / "model.safetensors")
+    ids = torch.tensor([5, 9, 2, 7])
+    model = minibass.load_model(folder)
+    out = model(ids, torch.tensor([4]), model.init_cache(1, 8), attention="naive")
+    assert (out - other(ids[None]).logits[0]).abs().max() <= 1e-4
+
+
 def test_a_stray_weights_file_beside_model_safetensors_is_left_alone(save_hf):
     from safetensors.torch import save_file
 

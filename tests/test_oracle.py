@@ -366,7 +366,7 @@ def test_transformers_assisted_generation(weight, passes, samples):
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_minibass_backends_pass(name):
-    cases = {"ragged": 12, "naive": 21}.get(name, 60)  # 21: the grid alone; the interpreted kernel is slow on a CPU
+    cases = {"ragged": 1, "naive": 1}.get(name, 60)  # 1: the grid alone (34 cases); the interpreted kernel is slow
     dtypes = (torch.float32, torch.bfloat16) if name in ("padded", "split") else (torch.float32,)
     verdict = oracle.check_attention(BACKENDS[name], dtypes=dtypes, cases=cases, name=name)
     print(verdict)
@@ -489,14 +489,19 @@ def _cli(*args):
 
 def test_cli_json_stays_alone_on_stdout_when_the_engine_prints(tmp_path):
     (tmp_path / "chatty.py").write_text(
+        "import logging, os, sys\n"
         "from minibass.attention import naive\n"
+        "print('engine v1.2 loaded')\n"  # on import
+        "log = logging.getLogger('chatty'); log.addHandler(logging.StreamHandler(sys.stdout)); log.warning('warm')\n"
         "def attention(*args, **kwargs):\n"
         "    print('loading kernels... done')\n"
+        "    os.write(1, b'from C\\n')\n"  # below Python's sys.stdout, as C code or a subprocess writes
         "    return naive(*args, **kwargs)\n")
     run = subprocess.run([sys.executable, "-m", "minibass", "oracle", "attention", "chatty:attention", "--cases", "1",
                           "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["ok"] is True and "loading kernels... done" in run.stderr
+    assert json.loads(run.stdout)["ok"] is True
+    assert all(said in run.stderr for said in ("engine v1.2 loaded", "warm", "loading kernels... done", "from C"))
 
 
 @pytest.mark.parametrize("seed", ["-5", "100000000000000000000000", "x"])
@@ -511,8 +516,13 @@ def test_the_oracle_leaves_the_callers_random_state_alone(tmp_path):
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
-    write_pair(tmp_path, seed=0)
-    assert torch.equal(torch.rand(3), expected)
+    reseeded = []
+    original, torch.cuda.manual_seed_all = torch.cuda.manual_seed_all, reseeded.append  # a GPU's state, too
+    try:
+        write_pair(tmp_path, seed=0)
+    finally:
+        torch.cuda.manual_seed_all = original
+    assert torch.equal(torch.rand(3), expected) and reseeded == []
 
 
 def test_the_cells_named_are_those_with_evidence_not_a_stray_count_in_a_tiny_cell():

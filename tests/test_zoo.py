@@ -29,7 +29,6 @@ def hf_pair():
     return tuple(AutoModelForCausalLM.from_pretrained(d, **hf_dtype(torch.float32)).eval() for d in (target_dir, draft_dir))
 
 
-
 def test_zoo_and_oracle_are_attributes_of_the_package_without_importing_them():
     """``import minibass`` then ``minibass.zoo.load_demo_pair()``, as the API is spelled; loaded on first use."""
     code = ("import sys, minibass; assert 'minibass.zoo' not in sys.modules and 'minibass.oracle' not in sys.modules; "
@@ -38,6 +37,7 @@ def test_zoo_and_oracle_are_attributes_of_the_package_without_importing_them():
     assert out.split() == ["target", "minibass.oracle"]
     with pytest.raises(AttributeError, match="has no attribute 'zooo'"):
         minibass.zooo
+
 
 def test_shipped_pair_is_small_and_documented():
     total = 0

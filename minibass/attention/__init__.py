@@ -44,10 +44,10 @@ def default_backend(device: torch.device | str) -> str:
     CUDA: ``"ragged"`` (one kernel launch, nothing padded) when Triton imports, else ``"padded"``.
     Anything else (the CPU): ``"padded"``, the fastest exact backend there as measured by
     ``bench attention`` on the 2-core CPU machine: fastest in 21 of its 36 cells, taking 12 % less
-    time than ``"split"`` in geometric mean (at batch 1 the two are within 65 µs, split ahead with one new token and PAD with four; split
-    also wins where cache lengths spread widely, where PAD computes twice the useful work), and 2x faster than
-    split in ``bench decode`` at batch 16. The ragged kernel would run in Triton's interpreter:
-    never the interpreted kernel by default.
+    time than ``"split"`` in geometric mean (at batch 1 the two are within 65 µs, split ahead with one
+    new token and PAD with four; split also wins where cache lengths spread widely, where PAD computes
+    twice the useful work), and 2x faster than split in ``bench decode`` at batch 16. The ragged kernel
+    would run in Triton's interpreter: never the interpreted kernel by default.
     """
     if torch.device(device).type == "cuda":
         return "ragged" if triton_available() else "padded"

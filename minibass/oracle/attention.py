@@ -87,7 +87,7 @@ GRID = [  # (label, q_lens, kv_lens, scale)
      tuple(range(5, 170, 5)), None),
 ]
 # Beyond the grid's heads: a Llama-style 32 query heads over 8 kv heads (one case, added to the grid).
-MANY_HEADS = ("32 query heads over 8 kv heads", (1, 3, 0, 5), (70, 9, 4, 600), 32, 8, 128)
+MANY_HEADS = ("32 query heads over 8 kv heads", (1, 3, 0, 5), (70, 9, 4, 130), 32, 8, 128)
 HEADS = [(4, 4), (4, 2), (4, 1), (6, 3)]  # MHA, GQA, MQA, odd group count
 HEAD_DIMS = [16, 64, 59, 128]
 
@@ -130,7 +130,7 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
     q, k, v, q_lens, kv_lens = given = tuple(t.clone() for t in inputs)  # the function gets copies
     expected = reference(*inputs, scale=case.scale)
     try:
-        out = fn(q, k, v, q_lens, kv_lens) if case.scale is None else fn(q, k, v, q_lens, kv_lens, scale=case.scale)
+        out = _call(fn, case, (q, k, v, q_lens, kv_lens))
     except Exception as e:  # the engine raised on a valid input
         return float("inf"), raised(e)
     changed = _changed(inputs, given)
@@ -153,11 +153,15 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
     return err, f"max error {err:.3g} at {_where(row, head, q_lens, kv_lens)}"
 
 
+def _call(fn, case: AttentionCase, inputs: tuple):
+    """``fn`` on a case's inputs, passing ``scale=`` only where the case sets one (the default is the function's)."""
+    return fn(*inputs) if case.scale is None else fn(*inputs, scale=case.scale)
+
+
 def _non_finite_cause(fn, case: AttentionCase, dtype, device) -> str:
     """Why the output was not finite, told apart by running the case again with the stale slots zeroed."""
-    q, k, v, q_lens, kv_lens = case.tensors(dtype, device, poison=False)
     try:
-        out = fn(q, k, v, q_lens, kv_lens) if case.scale is None else fn(q, k, v, q_lens, kv_lens, scale=case.scale)
+        out = _call(fn, case, case.tensors(dtype, device, poison=False))
         finite = bool(torch.isfinite(out).all())
     except Exception:  # it raised this time: say nothing more than the first run showed
         return "a stale slot (NaN/inf past kv_lens) leaked in?"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 
 import torch
@@ -122,19 +123,35 @@ def run(args) -> int:
 
     _options(args)
     oracle.stats.check_alpha(args.alpha)
-    adapters = ADAPTERS[args.kind]
-    fn_name, uniforms_name = adapters.get(args.target, (args.target, None))
-    fn = resolve(fn_name, sorted(adapters))
-    uniforms = None
-    if args.uniforms is not None:  # resolved before anything runs: a typo costs nothing
-        name = adapters[args.uniforms][1] if args.uniforms in adapters else args.uniforms
-        uniforms = resolve(name, sorted(adapters), option="--uniforms")
-    elif uniforms_name:
-        uniforms = resolve(uniforms_name)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the verdict alone (``--json`` is read from it)
+    with _stdout_to_stderr():  # stdout carries the verdict alone (``--json`` is read from it)
+        adapters = ADAPTERS[args.kind]
+        fn_name, uniforms_name = adapters.get(args.target, (args.target, None))
+        fn = resolve(fn_name, sorted(adapters))  # importing the engine may print: inside
+        uniforms = None
+        if args.uniforms is not None:  # resolved before anything runs: a typo costs nothing
+            name = adapters[args.uniforms][1] if args.uniforms in adapters else args.uniforms
+            uniforms = resolve(name, sorted(adapters), option="--uniforms")
+        elif uniforms_name:
+            uniforms = resolve(uniforms_name)
         verdict = _check(args, fn, uniforms)
     print(verdict.to_json() if args.json else verdict)
     return 0 if verdict.ok else 1
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Everything written to stdout inside goes to stderr: Python's ``print``, a logging handler holding the
+    original ``sys.stdout``, and C code or subprocesses writing to file descriptor 1."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.__stdout__.flush()  # what went through the original stream, to stderr still
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _check(args, fn, uniforms):

@@ -72,7 +72,7 @@ def write_pair(folder: str | Path, seed: int = 0, head_dim: int = 8,
                          max_position_embeddings=MAX_POSITIONS,
                          tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
     with torch.random.fork_rng(devices=[]), torch.no_grad():  # the caller's global random state is left as it was
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)  # the CPU's only: torch.manual_seed would reseed CUDA's too
         target = LlamaForCausalLM(config).eval()
         draft = LlamaForCausalLM(config).eval()
         std = 0.6 * (8 / head_dim) ** 0.5  # wide logits: distributions far from uniform, at any width

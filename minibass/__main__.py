@@ -16,6 +16,7 @@ import statistics
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import torch
 
@@ -38,6 +39,26 @@ def _load(args):
     if args.draft:
         raise ValueError("--draft needs --target too")
     return zoo.load_demo_pair(dtype=dtype, device=args.device)
+
+
+def _demo_target():
+    from minibass import zoo
+
+    return zoo.demo_paths()[0]
+
+
+def _eos_ids(target_dir, tokenizer) -> list[int] | None:
+    """The tokens that end a completion: the tokenizer's end-of-text token and those the checkpoint's
+    ``generation_config.json`` names (a list in Llama 3's, e.g. <|end_of_text|> and <|eot_id|>)."""
+    ids = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    path = Path(target_dir) / "generation_config.json"
+    if path.exists():
+        try:
+            named = json.loads(path.read_text()).get("eos_token_id")
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{path} is not a JSON object: {e}") from None
+        ids += [named] if isinstance(named, int) else list(named or [])
+    return sorted(set(ids)) or None
 
 
 def _check_same_tokenizer(tokenizer, target_dir, draft_dir):
@@ -309,7 +330,7 @@ def generate(args) -> int:
 
     target, draft, tokenizer = _load(args)
     prompts = [tokenizer.encode(p, add_special_tokens=False) for p in args.prompt]
-    eos = None if args.ignore_eos else tokenizer.eos_token_id
+    eos = None if args.ignore_eos else _eos_ids(args.target or _demo_target(), tokenizer)
     common = dict(sampling=_sampling(args), seed=args.seed, attention=args.attention, eos_token_id=eos)
     if draft is None:
         result = minibass.generate(target, prompts, args.max_new_tokens, **common)
@@ -378,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
-    p.add_argument("--ignore-eos", action="store_true", help="always produce --max-new-tokens tokens")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="always produce --max-new-tokens tokens (else a completion stops at the tokenizer's end "
+                        "token or any the target's generation_config.json names)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=generate)
 

@@ -551,6 +551,16 @@ def test_a_sampler_that_changes_its_inputs_is_told_which():
     assert not verdict.ok and "modified target_probs in place" in str(verdict)
 
 
+def test_a_generator_that_returns_the_prompt_too_is_told_so():
+    from minibass.oracle.generator import PROMPT
+
+    def with_prompt(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        return [list(prompt) + [0] * n_tokens for _ in range(n_samples)]
+
+    verdict = oracle.check_generator(with_prompt, samples=50)
+    assert not verdict.ok and f"every continuation starts with the prompt {list(PROMPT)}" in str(verdict)
+
+
 def test_cli_exit_status_and_json(tmp_path):
     (tmp_path / "my_engine.py").write_text(
         "from minibass.oracle.known_bugs import residual_is_p as sampler\n"

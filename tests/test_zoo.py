@@ -287,6 +287,20 @@ def test_generate_cli_json():
     assert [len(t) for t in payload["tokens"]] == [5, 5] and payload["stats"]["acceptance_rate"] is not None
 
 
+def test_generate_cli_ends_at_any_eos_the_generation_config_names(tmp_path):
+    """Llama 3 style: generation_config.json lists several end tokens; the tokenizer knows one of them."""
+    from types import SimpleNamespace
+
+    from minibass.__main__ import _eos_ids
+
+    tokenizer = SimpleNamespace(eos_token_id=7)
+    assert _eos_ids(tmp_path, tokenizer) == [7]  # no generation config: the tokenizer's
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 7]}))
+    assert _eos_ids(tmp_path, tokenizer) == [7, 9]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 3}))
+    assert _eos_ids(tmp_path, SimpleNamespace(eos_token_id=None)) == [3]
+
+
 def test_generate_cli_errors(tmp_path):
     missing = run_cli("generate", "--target", str(tmp_path / "nope"), "--prompt", "x")
     assert missing.returncode == 2 and "checkpoint folder not found" in missing.stderr

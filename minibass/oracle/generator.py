@@ -156,6 +156,9 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
                     detail=problem)
     else:
         _test_samples(verdict, target, rows, samples, n_tokens, sampling, alpha)
+        if not verdict.ok and rows and all(r[:len(PROMPT)] == list(PROMPT) for r in rows):  # a likely cause
+            verdict.notes.append(f"every continuation starts with the prompt {list(PROMPT)}: return the new tokens "
+                                 "only, without the prompt")
         verdict.notes.append(f"the engine took {engine_seconds:.1f} s")
         verdict.notes.append(f"n_tokens = {n_tokens}: an engine's first bonus token comes at position k + 1, so this "
                              f"run tests bonus tokens of draft lengths k <= {n_tokens - 1} only; give n_tokens > k")

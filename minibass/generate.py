@@ -68,6 +68,8 @@ class GenerationStats:
     draft_lengths: the draft length used at each step (the most any sequence drafted).
     accepted: ``[step][sequence]``, the draft tokens each sequence accepted, ``IDLE`` (-1) where a
     sequence did no work (finished, or its budget was spent).
+    proposed: ``[step][sequence]``, the draft tokens each sequence proposed (its own length under
+    "per-sequence"; 0 where its budget left room for the target's token only), ``IDLE`` where idle.
     proposed_tokens, accepted_tokens: draft tokens proposed and accepted, over active sequences,
     counted before cutting at ``max_new_tokens`` or EOS; sequence_steps: (sequence, step) pairs
     with the sequence active. new_tokens: tokens returned, all sequences together.
@@ -81,6 +83,7 @@ class GenerationStats:
     draft_calls: int = 0  # forward calls of the draft (prefill and catch-up included)
     draft_lengths: list[int] = field(default_factory=list)  # the draft length used at each step
     accepted: list[list[int]] = field(default_factory=list)  # [step][sequence], IDLE where idle
+    proposed: list[list[int]] = field(default_factory=list)  # [step][sequence], draft tokens proposed, IDLE where idle
     proposed_tokens: int = 0
     accepted_tokens: int = 0
     sequence_steps: int = 0  # (sequence, step) pairs in which a sequence was active

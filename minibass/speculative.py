@@ -353,10 +353,11 @@ def _record(stats: GenerationStats, policy, active: list[int], draft_lens: Tenso
     stats.proposed_tokens += sum(ks)
     stats.accepted_tokens += sum(accepted)
     stats.sequence_steps += len(active)
-    row = [IDLE] * len(n)  # idle sequences are marked as such
-    for b, accepted_b in zip(active, accepted):
-        row[b] = accepted_b
+    row, proposed = [IDLE] * len(n), [IDLE] * len(n)  # idle sequences are marked as such
+    for b, k_b, accepted_b in zip(active, ks, accepted):
+        row[b], proposed[b] = accepted_b, k_b
     stats.accepted.append(row)
+    stats.proposed.append(proposed)
     drafted = [i for i, k in enumerate(ks) if k > 0]  # sequences that proposed nothing do not take part
     if drafted:
         policy.update([active[i] for i in drafted], [ks[i] for i in drafted], [accepted[i] for i in drafted])

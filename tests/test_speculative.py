@@ -93,6 +93,20 @@ def test_greedy_phases_are_the_rejection_rule_on_one_hot_distributions(models, d
             assert fast.stats.draft_lengths == general.stats.draft_lengths
 
 
+def test_stats_record_what_each_sequence_proposed(models):
+    """``proposed[step][sequence]``: the sequence's own draft length, IDLE exactly where ``accepted`` is, never
+    fewer than it accepted; the row's longest is the step's draft length, and the rows add up to proposed_tokens."""
+    result = minibass.speculative_generate(models["target"], models["other"], PROMPTS, 12, sampling=GREEDY,
+                                           draft_length="per-sequence")
+    s = result.stats
+    assert len(s.proposed) == len(s.accepted) == s.steps
+    for proposed, accepted, longest in zip(s.proposed, s.accepted, s.draft_lengths):
+        assert [k == IDLE for k in proposed] == [n == IDLE for n in accepted]
+        assert all(n <= k for k, n in zip(proposed, accepted)) and max(proposed) == longest
+    assert sum(k for row in s.proposed for k in row if k != IDLE) == s.proposed_tokens
+    assert len({k for row in s.proposed for k in row if k != IDLE}) > 1  # per sequence: lengths differ
+
+
 def test_the_default_phases_are_the_greedy_ones_only_for_greedy_decoding(models):
     target, draft = models["target"], models["other"]
     seen = []

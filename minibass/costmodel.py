@@ -145,6 +145,12 @@ def speedup_from_costs(regular: float, verify: float, draft: float, *, k: int, a
     return expected_tokens(alpha, k) * regular / (verify + k * draft)
 
 
+def cpu_threads() -> str:
+    """The threads PyTorch computes with on the CPU, in words ("1 thread", "2 threads"): timings depend on them."""
+    threads = torch.get_num_threads()
+    return f"{threads} thread{'s' * (threads != 1)}"
+
+
 def measure_cpu(size: int = 512, megabytes: int = 256, reps: int = 5) -> Hardware:
     """This machine's CPU, measured: fp32 matmul FLOP/s and the bandwidth of summing a large tensor."""
     a, b = torch.randn(size, size), torch.randn(size, size)
@@ -162,8 +168,7 @@ def measure_cpu(size: int = 512, megabytes: int = 256, reps: int = 5) -> Hardwar
 
     flops = 2 * size ** 3 / best(lambda: a @ b)
     bandwidth = big.numel() * 4 / best(big.sum)
-    threads = torch.get_num_threads()
-    return Hardware(f"this CPU ({threads} thread{'s' * (threads != 1)}, fp32)", flops, bandwidth,
+    return Hardware(f"this CPU ({cpu_threads()}, fp32)", flops, bandwidth,
                     source="measured by minibass.costmodel.measure_cpu")
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from minibass.costmodel import cpu_threads
+
 
 def provenance(device: str) -> dict:
     """Where and how a result was measured: device, versions, date, the command."""
@@ -26,8 +28,7 @@ def provenance(device: str) -> dict:
     if device.startswith("cuda"):
         device_name = torch.cuda.get_device_name(torch.device(device))
     else:
-        threads = torch.get_num_threads()
-        device_name = f"{platform.processor() or platform.machine()} CPU, {threads} thread{'s' * (threads != 1)}"
+        device_name = f"{platform.processor() or platform.machine()} CPU, {cpu_threads()}"
     return {
         "device": device_name,
         "python": platform.python_version(),

@@ -10,7 +10,7 @@ break kernels (idle sequences, prefill with ``q_len == kv_len``, single-token de
 sequence next to short ones, chunks of 33 to 130 new tokens that span several query tiles of a
 kernel, MHA / GQA / MQA, odd head dims, an explicit ``scale``); seeded random cases fill the
 rest. The reference is ``naive`` run in float64 on the same inputs; the tolerance per dtype is
-in ``ATOL`` (the error of rounding once to the output dtype, plus summation order). q, the
+in ``ATOL`` (wide enough for bf16 and fp16 rounding on the way, as eager attention does it). q, the
 lengths and the caches' valid slots must come back unchanged; the stale slots are the function's
 to use (minibass's own PAD zeroes them, so that a NaN there cannot reach the output as 0 * NaN).
 """
@@ -25,9 +25,13 @@ import torch
 from ..attention import naive
 from .verdict import Verdict, raised
 
-# Max abs error allowed against the float64 reference, per input dtype: outputs are rounded once
-# to the output dtype (bf16 keeps 8 bits of mantissa, fp16 11, fp32 24) and sums may run in any order.
-ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+# Max abs error allowed against the float64 reference, per input dtype (bf16 keeps 8 bits of mantissa,
+# fp16 11, fp32 24; sums may run in any order). In fp16 and bf16, twice the worst error of attention
+# computed as transformers' eager code does (scores and weights rounded to the dtype on the way) over
+# seeds 0-8 of the default 200 cases: 0.0037 in fp16 and 0.030 in bf16. A kernel that accumulates in
+# fp32 and rounds once stays near a quarter of that (bf16 0.008); the logic bugs of ``known_bugs``
+# are off by 0.7 or more.
+ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 8e-3, torch.bfloat16: 6e-2}
 
 
 @dataclass(frozen=True)

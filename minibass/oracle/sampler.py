@@ -189,9 +189,8 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
             continue
         observed = events(tokens, n, y)
         possible, impossible = stats.split_impossible(observed, exact)
-        first = next(iter(impossible), None)
         verdict.add(f"[{setup}] impossible events", "rows emitting an event of probability 0", sum(impossible.values()),
-                    0, detail=f"{event_words(first)}, seen {impossible[first]} times" if impossible else "")
+                    0, detail=_impossible_words(impossible, p, q))
         joint = stats.g_test(possible, exact)
         tv = f"total variation {stats.total_variation(exact, observed):.4f}"
         if impossible:  # the G-test sees only the possible events: say what is left among them
@@ -222,6 +221,36 @@ def event_words(event: tuple) -> str:
     n, y = len(event) - 1, event[-1]
     accepted = f" {tuple(event[:-1])}" if n else ""
     return f"{n} draft{'s' if n != 1 else ''} accepted{accepted}, then {'bonus ' if n == K else ''}token {y}"
+
+
+def why_impossible(event: tuple, p: torch.Tensor, q: torch.Tensor) -> str:
+    """Why the exact distribution gives the event (x_1..x_n, y) probability 0, in words; p [K+1, V+1, V] and
+    q [K, V+1, V] are a setup's tables (``setups``). The oracle drafts every x_i from q, so q(x_i) > 0."""
+    prev = V
+    for i, x in enumerate(event[:-1]):
+        if p[i, prev, x] == 0:
+            return f"draft {i + 1} (token {x}) was accepted, but the target gives it probability 0 there"
+        prev = x
+    n, y = len(event) - 1, event[-1]
+    if n == K:
+        return f"the bonus token {y} has probability 0 under p_{K + 1}, the target's distribution after all {K} drafts"
+    p_i, q_i = p[n, prev], q[n, prev]
+    if not ((q_i > 0) & (p_i < q_i)).any():
+        return f"draft {n + 1} was rejected, but p >= q on every token there, so every draft is accepted"
+    if p_i[y] == 0:
+        return f"draft {n + 1} was rejected, and then token {y}, which the target gives probability 0 there"
+    return (f"draft {n + 1} was rejected, and then token {y}, which has no mass in the residual max(p - q, 0) "
+            f"(p = {float(p_i[y]):.3g} <= q = {float(q_i[y]):.3g})")
+
+
+def _impossible_words(impossible: Counter, p: torch.Tensor, q: torch.Tensor) -> str:
+    """The impossible event seen most often, why it is impossible, and how many others were seen."""
+    if not impossible:
+        return ""
+    event, count = impossible.most_common(1)[0]
+    others = len(impossible) - 1
+    return (f"{event_words(event)}, seen {count} time{'s' if count != 1 else ''}: {why_impossible(event, p, q)}"
+            + (f"; {others} other impossible event{'s' if others != 1 else ''} seen" if others else ""))
 
 
 # --- the given-uniforms probe --------------------------------------------------------------------------------

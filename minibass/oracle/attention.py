@@ -29,7 +29,7 @@ from .verdict import Verdict, raised
 # fp16 11, fp32 24; sums may run in any order). In fp16 and bf16, twice the worst error of attention
 # computed as transformers' eager code does (scores and weights rounded to the dtype on the way) over
 # seeds 0-8 of the default 200 cases: 0.0037 in fp16 and 0.030 in bf16. A kernel that accumulates in
-# fp32 and rounds once stays near a quarter of that (bf16 0.008); the logic bugs of ``known_bugs``
+# fp32 and rounds once stays near a quarter of eager's error (bf16 0.008); the logic bugs of ``known_bugs``
 # are off by 0.7 or more.
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 8e-3, torch.bfloat16: 6e-2}
 

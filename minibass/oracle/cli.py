@@ -61,6 +61,7 @@ def resolve(target: str, adapters=(), option: str = "TARGET"):
 # parser, so that one given to another kind is a usage error rather than silently ignored.
 OPTIONS = {
     "cases": (("attention",), 200), "dtypes": (("attention",), ["float32"]), "device": (("attention",), None),
+    "head_dims": (("attention",), None),
     "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None),
     "samples": (("generator",), 20_000), "n_tokens": (("generator",), 3), "head_dim": (("generator",), 8),
     "temperature": (("generator",), 1.0), "top_k": (("generator",), 0), "top_p": (("generator",), 1.0),
@@ -76,6 +77,9 @@ def add_parser(sub) -> None:
     p.add_argument("--cases", type=int, help="attention: ragged cases per dtype (default 200)")
     p.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="attention: dtypes (default float32)")
     p.add_argument("--device", help="attention: device of the inputs (default cpu)")
+    p.add_argument("--head-dims", type=int, nargs="+", help="attention: the head dims your kernel supports, e.g. "
+                                                            "64 128 256; each case runs at the nearest one "
+                                                            "(default: the cases' own, 16, 59, 64 and 128)")
     p.add_argument("--rows", type=int, help="sampler: rows per setup (default 200000)")
     p.add_argument("--uniforms", help="sampler: package.module:function taking its uniforms (accept_and_resample's "
                                       "signature) for the edge-uniform probe, or an adapter name; the adapters "
@@ -160,7 +164,7 @@ def _check(args, fn, uniforms):
     label = args.target
     if args.kind == "attention":
         verdict = oracle.check_attention(fn, dtypes=tuple(DTYPES[d] for d in args.dtypes), device=args.device,
-                                         cases=args.cases, seed=args.seed, name=label)
+                                         cases=args.cases, seed=args.seed, name=label, head_dims=args.head_dims)
     elif args.kind == "sampler":
         verdict = oracle.check_sampler(fn, rows=args.rows, alpha=args.alpha, seed=args.seed, name=label)
         if uniforms is not None:

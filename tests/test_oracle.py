@@ -98,6 +98,33 @@ def test_the_u_zero_bug_needs_the_given_uniforms_probe():
     assert not probe.ok and "u = 0, p(x) = 0" in probe.checks[0].detail
 
 
+def _float32_step(draft_tokens, draft_probs, target_probs, u_accept, u_next):
+    """A correct rejection step computed in float32, as engines do: accept iff u < p / q, then the next token
+    by inverse CDF of the residual (or of p after all k accepted)."""
+    q, p, u, u_next = draft_probs.float(), target_probs.float(), u_accept.float(), u_next.float()
+    rows, k = draft_tokens.shape
+    x = draft_tokens[..., None]
+    ok = u < p[:, :k].gather(-1, x).squeeze(-1) / q.gather(-1, x).squeeze(-1)
+    n = ok.int().cumprod(-1).sum(-1)  # accepted before the first rejection
+    at = torch.arange(rows)
+    rest = torch.where((n < k)[:, None], (p[at, n] - torch.cat([q, q[:, :1]], 1)[at, n]).clamp_min(0), p[at, n])
+    cdf = torch.cumsum(rest / rest.sum(-1, keepdim=True), -1)
+    return n, torch.searchsorted(cdf, u_next[:, None], right=True).squeeze(-1).clamp(max=p.shape[-1] - 1)
+
+
+def test_given_uniforms_in_float32_for_a_step_that_computes_in_float32():
+    # float64 edges round in float32 (0.5 - 2^-30 to a tie, 1 - 2^-53 to 1): the float64 probe fails this
+    # correct step, the float32 probe (its own edges) passes it, and still catches u <= p / q.
+    wrong = oracle.check_given_uniforms(_float32_step).checks[0].detail
+    assert "u just below the ratio" in wrong and "u = 1 - 2^-53" in wrong
+    assert oracle.check_given_uniforms(_float32_step, dtype=torch.float32).ok
+    bug = oracle.check_given_uniforms(known_bugs.UNIFORM_SAMPLERS["accepts_at_u_zero"], dtype=torch.float32)
+    assert not bug.ok and "u = 0, p(x) = 0" in bug.checks[0].detail
+    assert oracle.check_given_uniforms(minibass.rejection.accept_and_resample, dtype=torch.float32).ok
+    with pytest.raises(ValueError, match="dtype"):
+        oracle.check_given_uniforms(_float32_step, dtype=torch.float16)
+
+
 def _first_residual_token(p, q, n):
     """The lowest-index token of norm(max(0, p_n - q_n)) (rows of p [B, k+1, V], q [B, k, V], n [B] < k)."""
     rows = torch.arange(len(n))
@@ -702,6 +729,8 @@ def test_cli_exit_status_and_json(tmp_path):
     (["attention", "minibass", "--alpha", "0.01"], "--alpha applies to the sampler and generator checks only"),
     (["generator", "minibass", "--uniforms", "minibass"], "--uniforms applies to the sampler check only"),
     (["sampler", "minibass", "--head-dims", "64"], "--head-dims applies to the attention check only"),
+    (["attention", "minibass", "--uniforms-dtype", "float32"], "--uniforms-dtype applies to the sampler check only"),
+    (["sampler", "minibass.rejection:rejection_sample", "--uniforms-dtype", "float32"], "needs --uniforms"),
 ])
 def test_cli_usage_errors_exit_2(args, says, capsys):
     from minibass.__main__ import main
@@ -741,6 +770,12 @@ def test_cli_uniforms_take_an_adapter_name_and_the_generator_a_head_dim(monkeypa
     with pytest.raises(SystemExit) as exit_status:
         main(["oracle", "sampler", "minibass", "--uniforms", "minibass", "--rows", "500"])
     assert exit_status.value.code == 0 and "edge uniforms" in capsys.readouterr().out
+    dtypes = []
+    monkeypatch.setattr(oracle, "check_given_uniforms", lambda fn, name=None, dtype=None: dtypes.append(dtype)
+                        or oracle.Verdict("stub", []))
+    with pytest.raises(SystemExit):
+        main(["oracle", "sampler", "minibass", "--rows", "500", "--uniforms-dtype", "float32"])
+    assert dtypes == [torch.float32]
     seen = {}
 
     def check_generator(fn, **kwargs):

@@ -62,7 +62,7 @@ def resolve(target: str, adapters=(), option: str = "TARGET"):
 OPTIONS = {
     "cases": (("attention",), 200), "dtypes": (("attention",), ["float32"]), "device": (("attention",), None),
     "head_dims": (("attention",), None),
-    "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None),
+    "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None), "uniforms_dtype": (("sampler",), "float64"),
     "samples": (("generator",), 20_000), "n_tokens": (("generator",), 3), "head_dim": (("generator",), 8),
     "temperature": (("generator",), 1.0), "top_k": (("generator",), 0), "top_p": (("generator",), 1.0),
     "alpha": (("sampler", "generator"), 1e-6),
@@ -84,6 +84,9 @@ def add_parser(sub) -> None:
     p.add_argument("--uniforms", help="sampler: package.module:function taking its uniforms (accept_and_resample's "
                                       "signature) for the edge-uniform probe, or an adapter name; the adapters "
                                       "minibass and transformers bring theirs")
+    p.add_argument("--uniforms-dtype", choices=["float32", "float64"],
+                   help="sampler: dtype of the edge-uniform probe's uniforms and probabilities (default float64; "
+                        "float32 for a step that computes in float32, with float32's own edge values)")
     p.add_argument("--samples", type=int, help="generator: continuations to sample (default 20000)")
     p.add_argument("--n-tokens", type=int, help="generator: tokens per continuation tested (default 3); must exceed "
                                                 "the engine's draft length for its bonus token to be tested")
@@ -137,6 +140,9 @@ def run(args) -> int:
             uniforms = resolve(name, sorted(adapters), option="--uniforms")
         elif uniforms_name:
             uniforms = resolve(uniforms_name)
+        if uniforms is None and args.uniforms_dtype != "float64":
+            raise ValueError("--uniforms-dtype sets the edge-uniform probe, which needs --uniforms (or an adapter "
+                             "that brings one)")
         verdict = _check(args, fn, uniforms)
     print(verdict.to_json() if args.json else verdict)
     return 0 if verdict.ok else 1
@@ -168,7 +174,8 @@ def _check(args, fn, uniforms):
     elif args.kind == "sampler":
         verdict = oracle.check_sampler(fn, rows=args.rows, alpha=args.alpha, seed=args.seed, name=label)
         if uniforms is not None:
-            probe = oracle.check_given_uniforms(uniforms, name=args.uniforms or label)
+            probe = oracle.check_given_uniforms(uniforms, name=args.uniforms or label,
+                                                dtype=DTYPES[args.uniforms_dtype])
             verdict.checks += probe.checks
             verdict.seconds += probe.seconds
     else:

@@ -255,7 +255,7 @@ def _impossible_words(impossible: Counter, p: torch.Tensor, q: torch.Tensor) -> 
 
 # --- the given-uniforms probe --------------------------------------------------------------------------------
 
-def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
+def check_given_uniforms(fn, *, name: str | None = None, dtype=torch.float64) -> Verdict:
     """Edge uniforms for a rejection step that takes its uniforms, with ``accept_and_resample``'s signature
     ``fn(draft_tokens, draft_probs, target_probs, u_accept [B, k], u_next [B])``.
 
@@ -264,27 +264,34 @@ def check_given_uniforms(fn, *, name: str | None = None) -> Verdict:
     ``u <= p / q`` instead accepts p(x) = 0 tokens at u = 0, about once in 2^24 float32 draws,
     which no sampling test can see. For the next token only the support is checked (engines
     draw it in different ways): it must have positive residual mass after a rejection.
+
+    ``dtype``: of the uniforms and probabilities passed, float64 (the default; the edges include
+    1 - 2^-53) or float32 for a step that computes in float32 (the edges are float32's own: a
+    float64 edge rounds to a tie or to 1 in float32, which a step drawing float32 uniforms never sees).
     """
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
     started = time.perf_counter()
     verdict = Verdict(f"given uniforms {name or getattr(fn, '__qualname__', repr(fn))}")
-    q = torch.tensor([[[0.5, 0.25, 0.25, 0.0]]], dtype=torch.float64)
-    below_one = {"float64": 1 - 2.0 ** -53, "float32": 1 - 2.0 ** -24}
+    q = torch.tensor([[[0.5, 0.25, 0.25, 0.0]]], dtype=dtype)
+    bits = 53 if dtype == torch.float64 else 24  # 1 - 2^-bits: the largest uniform below 1 in dtype
+    below_one, below_half = 1 - 2.0 ** -bits, 0.5 - max(2.0 ** -30, 2.0 ** -(bits + 1))
     cases = [  # (label, draft token, p row, u_accept, u_next, expected num_accepted)
         ("u = 0, p(x) = 0", 0, [0.0, 0.5, 0.5, 0.0], 0.0, 0.0, 0),
         ("u * q = p exactly (tie)", 0, [0.25, 0.25, 0.5, 0.0], 0.5, 0.0, 0),
-        ("u just below the ratio", 0, [0.25, 0.25, 0.5, 0.0], 0.5 - 2.0 ** -30, 0.0, 1),
-        ("u = 1 - 2^-53 (float64 uniforms), p(x) = q(x)", 0, [0.5, 0.0, 0.5, 0.0], below_one["float64"], 0.5, 1),
-        ("u = 1 - 2^-24, p(x) > q(x)", 1, [0.1, 0.6, 0.3, 0.0], below_one["float32"], 0.5, 1),
-        ("u = 1 - 2^-24, p(x) < q(x)", 0, [0.4, 0.1, 0.1, 0.4], below_one["float32"], below_one["float32"], 0),
+        ("u just below the ratio", 0, [0.25, 0.25, 0.5, 0.0], below_half, 0.0, 1),
+        (f"u = 1 - 2^-{bits} ({str(dtype)[6:]} uniforms), p(x) = q(x)", 0, [0.5, 0.0, 0.5, 0.0], below_one, 0.5, 1),
+        ("u = 1 - 2^-24, p(x) > q(x)", 1, [0.1, 0.6, 0.3, 0.0], 1 - 2.0 ** -24, 0.5, 1),
+        ("u = 1 - 2^-24, p(x) < q(x)", 0, [0.4, 0.1, 0.1, 0.4], 1 - 2.0 ** -24, 1 - 2.0 ** -24, 0),
         ("u_next = 0 after a rejection", 0, [0.0, 0.0, 0.5, 0.5], 0.5, 0.0, 0),
-        ("u_next just below 1 after a rejection", 0, [0.2, 0.0, 0.8, 0.0], 0.9, below_one["float64"], 0),
+        ("u_next just below 1 after a rejection", 0, [0.2, 0.0, 0.8, 0.0], 0.9, below_one, 0),
     ]
     wrong = []
     for label, token, p_row, u_acc, u_next, expect in cases:
-        p = torch.tensor([[p_row, [0.25, 0.25, 0.25, 0.25]]], dtype=torch.float64)
+        p = torch.tensor([[p_row, [0.25, 0.25, 0.25, 0.25]]], dtype=dtype)
         try:
-            result = fn(torch.tensor([[token]]), q, p, torch.tensor([[u_acc]], dtype=torch.float64),
-                        torch.tensor([u_next], dtype=torch.float64))
+            result = fn(torch.tensor([[token]]), q, p, torch.tensor([[u_acc]], dtype=dtype),
+                        torch.tensor([u_next], dtype=dtype))
         except Exception as e:
             wrong.append(f"{label}: {raised(e)}")
             continue

@@ -16,7 +16,7 @@ from minibass.attention import BACKENDS, FORWARDS, AttentionMetadata, cost, naiv
 # Tolerance per dtype: the backends may sum in another order than the float64 reference, and
 # low-precision outputs are rounded once to the output dtype (bf16 keeps 8 bits of mantissa).
 # minibass's own backends accumulate in fp32 (fp64 for fp64) and round once: held to half the oracle's
-# tolerance for fp16 and bf16, which also passes kernels that round on the way (oracle.ATOL).
+# tolerances for fp16 and bf16 (oracle.ATOL), which are wide enough for kernels that round on the way too.
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 

@@ -42,9 +42,12 @@ def test_every_known_bug_fails_and_the_statistic_itself_sees_it(bug):
     # The joint row says how far off the sampler is, and its detail names the cells furthest off.
     joint = next(c for c in verdict.checks if c.name == "[temperature] joint G-test")
     assert joint.measured.startswith("total variation ") and "accepted" in joint.detail
-    for row in failed:  # an impossible event is named with why it is impossible
+    for row in failed:  # an impossible event is named with why it is impossible (which why: the test below)
         if row.name.endswith("impossible events"):
             assert ": draft " in row.detail or ": the bonus token " in row.detail, row.detail
+    if bug == "residual_not_normalised":
+        row = next(c for c in failed if c.name == "[temperature] impossible events")
+        assert "which has no mass in the residual max(p - q, 0)" in row.detail
 
 
 def test_why_an_event_is_impossible():
@@ -459,10 +462,11 @@ def _eager(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
 def test_the_half_precision_tolerances_pass_rounding_on_the_way():
     """Rounding scores and weights to bf16 or fp16 is a precision choice, not a bug: eager attention passes
     with room to spare on its worst seed of 0-8 for bf16 (7: 0.030; ATOL's comment), with an error
-    well above that of a kernel that accumulates in fp32 and rounds once (docs/oracle.md quotes both)."""
+    well above that of a kernel that accumulates in fp32 and rounds once, on the same cases (docs/oracle.md
+    quotes both)."""
     half = (torch.bfloat16, torch.float16)
     eager = oracle.check_attention(_eager, dtypes=half, seed=7)
-    exact = oracle.check_attention(BACKENDS["naive"], dtypes=half, cases=40)
+    exact = oracle.check_attention(BACKENDS["padded"], dtypes=half, seed=7)  # the same cases
     assert eager.ok and exact.ok
     for dtype, eager_row, exact_row in zip(half, eager.checks, exact.checks):
         assert 1.5 * exact_row.statistic < eager_row.statistic < oracle.ATOL[dtype] / 1.5
@@ -532,14 +536,22 @@ def test_a_kernel_for_some_head_dims_passes_when_it_says_which(monkeypatch, caps
 
     kernel = _only_head_dims(64, 128)
     refused = oracle.check_attention(kernel, cases=40)
-    assert not refused.ok and refused.failures()[0].detail.endswith("give them (head_dims=, --head-dims)")
-    verdict = oracle.check_attention(kernel, cases=40, head_dims=[64, 128])
-    assert verdict.ok and verdict.notes[-1].startswith("head dims tested: 64, 128 ")
-    assert [c.head_dim for c in oracle.attention.attention_cases(40, head_dims=(64, 128))] == [
-        64 if c.head_dim < 96 else 128 for c in oracle.attention.attention_cases(40)]  # the nearest, shapes kept
+    assert not refused.ok and refused.failures()[0].detail.endswith(
+        "It raised on every case of head dims 16 and 59 and ran the others: a kernel for some head dims only can "
+        "say which (head_dims=, --head-dims)")
+    verdict = oracle.check_attention(kernel, cases=40, head_dims=[np.int64(128), 64, 256, 64])
+    assert verdict.ok and verdict.notes[-1].startswith("head dims tested: 64, 128 (of the head_dims given; no case "
+                                                       "is nearest to 256;")
+    cases = oracle.attention.attention_cases(40)
+    assert [c.head_dim for c in oracle.attention.attention_cases(40, head_dims=(128, 64))] == [
+        64 if c.head_dim < 96 else 128 for c in cases]  # the nearest, shapes kept
+    assert {c.head_dim: d.head_dim for c, d in zip(cases, oracle.attention.attention_cases(40, head_dims=(8, 24, 54)))
+            } == {16: 24, 59: 54, 64: 54, 128: 54}  # 16 lies as far from 8 as from 24: the larger
     # Not a way around the check: a wrong kernel still fails at the head dims given.
     assert not oracle.check_attention(known_bugs.ATTENTION["causal_off_by_one"], cases=40, head_dims=64).ok
-    for bad in ([], [0], [True], ["64"]):
+    # The hint is for a kernel that refuses whole head dims, not for one that raises on everything.
+    assert "head_dims=" not in oracle.check_attention(_only_head_dims(), cases=40).failures()[0].detail
+    for bad in ([], [0], [True], ["64"], "64", 64.0, torch.tensor(64)):
         with pytest.raises(ValueError, match="head_dims"):
             oracle.check_attention(kernel, head_dims=bad)
     monkeypatch.setattr(oracle.attention, "_only", kernel, raising=False)
@@ -690,11 +702,20 @@ def test_a_sampler_that_changes_its_inputs_is_told_which():
 
     verdict = oracle.check_sampler(scratch_in_place, rows=BUG_ROWS)
     assert not verdict.ok and "modified target_probs in place" in str(verdict)
-    # Its outputs are still tested: the distribution is right, only the inputs row and the invariants fail.
-    failed = {c.name for c in verdict.failures()}
-    assert failed == {"never accepts x with p(x) = 0", "p == q accepts every draft"} | {
+    # Its outputs are still tested: the distribution and the invariants hold, only the changed inputs fail rows.
+    failed = {c.name: c.detail for c in verdict.failures()}
+    assert set(failed) == {"never accepts x with p(x) = 0", "p == q accepts every draft"} | {
         f"[{setup}] runs" for setup in setups()}
+    assert all(detail == "modified target_probs in place: inputs belong to the caller" for detail in failed.values())
     assert any(c.name == "[temperature] joint G-test" and c.passed for c in verdict.checks)
+
+    def scratch_and_out_of_range(draft_tokens, draft_probs, target_probs, *, generator=None):
+        target_probs *= 2
+        n, y = known_bugs.textbook(draft_tokens, draft_probs, target_probs / 2, generator=generator)
+        return n, y + draft_probs.shape[-1]  # and a token outside the vocabulary: both are told
+
+    verdict = oracle.check_sampler(scratch_and_out_of_range, rows=200)
+    assert all("in place" in c.detail and "outside the vocabulary" in c.detail for c in verdict.failures())
 
 
 def test_a_generator_that_returns_the_prompt_too_is_told_so():

@@ -17,6 +17,7 @@ to use (minibass's own PAD zeroes them, so that a NaN there cannot reach the out
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, replace
 
@@ -223,9 +224,12 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     if cases < 1:
         raise ValueError(f"cases must be >= 1, got {cases}")
     if head_dims is not None:
-        head_dims = (head_dims,) if isinstance(head_dims, int) else tuple(head_dims)
-        if not head_dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in head_dims):
-            raise ValueError(f"head_dims must be one or more ints >= 1, got {head_dims!r}")
+        given = head_dims
+        head_dims = tuple(head_dims) if isinstance(head_dims, (list, tuple, set, frozenset, range)) else (head_dims,)
+        if not head_dims or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1
+                                for d in head_dims):
+            raise ValueError(f"head_dims must be an int >= 1 or a list of them, got {given!r}")
+        head_dims = tuple(sorted({int(d) for d in head_dims}))
     if isinstance(dtypes, str):
         raise ValueError(f"dtypes are torch dtypes (torch.float32, ...), got the string {dtypes!r}")
     dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
@@ -241,8 +245,10 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     all_cases = sorted(attention_cases(cases, seed, head_dims), key=lambda c: c.size)
     for dtype in dtypes:
         worst, worst_case, failing, n_failed = 0.0, "", "", 0
+        raised_at: dict[int, list[bool]] = {}  # head dim -> whether each case there raised
         for case in all_cases:
             err, problem = _run_case(fn, case, dtype, device)
+            raised_at.setdefault(case.head_dim, []).append(problem.startswith("raised "))
             if err > worst or (err == worst and not worst_case):
                 worst, worst_case = err, f"{case}; {problem}"
             if err > ATOL[dtype]:
@@ -252,8 +258,12 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
         if n_failed:
             worst_too = f". Worst: {worst_case}" if worst_case != failing else " (also the worst)"
             detail = f"smallest: {failing}{worst_too}. {n_failed} of {len(all_cases)} cases failed"
-            if head_dims is None and "; raised " in failing:  # perhaps a shape the kernel does not support
-                detail += ". A kernel for some head dims only: give them (head_dims=, --head-dims)"
+            if any(map(all, raised_at.values())) and not all(map(any, raised_at.values())):
+                # it raised on every case of some head dims and on none of others: head dims it does not support?
+                refused = [str(d) for d, r in sorted(raised_at.items()) if all(r)]
+                dims = refused[0] if len(refused) == 1 else ", ".join(refused[:-1]) + " and " + refused[-1]
+                detail += (f". It raised on every case of head dim{'s' if len(refused) > 1 else ''} {dims} and ran "
+                           f"the others: a kernel for some head dims only can say which (head_dims=, --head-dims)")
         verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
                     detail=detail)
@@ -268,7 +278,10 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
                              "that drops or doubles one key of a long cache can stay below the tolerance; check in "
                              "float16 or float32 too where the kernel runs them")
     if head_dims is not None:
-        verdict.notes.append(f"head dims tested: {', '.join(map(str, sorted({c.head_dim for c in all_cases})))} "
-                             f"(head_dims given; the default cases also use 16, 59, 64 and 128)")
+        tested = sorted({c.head_dim for c in all_cases})
+        unreached = [d for d in head_dims if d not in tested]
+        verdict.notes.append(f"head dims tested: {', '.join(map(str, tested))} (of the head_dims given"
+                             + (f"; no case is nearest to {', '.join(map(str, unreached))}" if unreached else "")
+                             + "; without head_dims the cases use 16, 59, 64 and 128)")
     verdict.seconds = time.perf_counter() - started
     return verdict

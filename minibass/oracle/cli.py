@@ -62,7 +62,7 @@ def resolve(target: str, adapters=(), option: str = "TARGET"):
 OPTIONS = {
     "cases": (("attention",), 200), "dtypes": (("attention",), ["float32"]), "device": (("attention",), None),
     "head_dims": (("attention",), None),
-    "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None), "uniforms_dtype": (("sampler",), "float64"),
+    "rows": (("sampler",), 200_000), "uniforms": (("sampler",), None), "uniforms_dtype": (("sampler",), None),
     "samples": (("generator",), 20_000), "n_tokens": (("generator",), 3), "head_dim": (("generator",), 8),
     "temperature": (("generator",), 1.0), "top_k": (("generator",), 0), "top_p": (("generator",), 1.0),
     "alpha": (("sampler", "generator"), 1e-6),
@@ -140,7 +140,7 @@ def run(args) -> int:
             uniforms = resolve(name, sorted(adapters), option="--uniforms")
         elif uniforms_name:
             uniforms = resolve(uniforms_name)
-        if uniforms is None and args.uniforms_dtype != "float64":
+        if uniforms is None and args.uniforms_dtype is not None:
             raise ValueError("--uniforms-dtype sets the edge-uniform probe, which needs --uniforms (or an adapter "
                              "that brings one)")
         verdict = _check(args, fn, uniforms)
@@ -175,7 +175,7 @@ def _check(args, fn, uniforms):
         verdict = oracle.check_sampler(fn, rows=args.rows, alpha=args.alpha, seed=args.seed, name=label)
         if uniforms is not None:
             probe = oracle.check_given_uniforms(uniforms, name=args.uniforms or label,
-                                                dtype=DTYPES[args.uniforms_dtype])
+                                                dtype=DTYPES[args.uniforms_dtype or "float64"])
             verdict.checks += probe.checks
             verdict.seconds += probe.seconds
     else:

@@ -119,31 +119,43 @@ def events(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_tokens: 
     return out
 
 
-def _call(fn, tokens, draft_probs, target_probs, generator, *, outputs_despite_changes: bool = False):
-    """Call the sampler on copies and check its outputs' form; returns (n, y, problem or '').
-
-    A sampler that changed an input in place has that as its problem; with ``outputs_despite_changes`` its
-    outputs come back too, when well formed, so that their distribution can still be tested."""
+def _call(fn, tokens, draft_probs, target_probs, generator):
+    """Call the sampler on copies and check its outputs' form; returns (n, y, problem or ''): n and y are None
+    where it raised or returned something malformed. A sampler that changed an input in place has that as
+    its problem, and its outputs, when well formed, come back too, so that they can still be tested."""
     inputs = (tokens.clone(), draft_probs.clone(), target_probs.clone())
     try:
         result = fn(*inputs, generator=generator)
     except Exception as e:
-        return None, None, raised(e)
+        result, error = None, raised(e)
+    else:
+        error = ""
     changed = [name for name, a, b in zip(("draft_tokens", "draft_probs", "target_probs"), inputs,
                                           (tokens, draft_probs, target_probs)) if not torch.equal(a, b)]
     changed = f"modified {', '.join(changed)} in place: inputs belong to the caller" if changed else ""
-    if changed and not outputs_despite_changes:
-        return None, None, changed
+
+    def problem(text: str) -> str:
+        return "; ".join(filter(None, (changed, text)))
+
+    if error:
+        return None, None, problem(error)
     try:
         n, y = result
         n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
     except (TypeError, RuntimeError, ValueError):
-        return None, None, f"returned {type(result).__name__}; expected (num_accepted [B], next_tokens [B])"
+        return None, None, problem(f"returned {type(result).__name__}; expected (num_accepted [B], next_tokens [B])")
     if n.shape != (len(tokens),) or y.shape != (len(tokens),):
-        return None, None, f"returned shapes {tuple(n.shape)}, {tuple(y.shape)}, expected ({len(tokens)},) each"
+        return None, None, problem(f"returned shapes {tuple(n.shape)}, {tuple(y.shape)}, expected ({len(tokens)},) each")
     if ((n < 0) | (n > tokens.shape[1])).any() or ((y < 0) | (y >= draft_probs.shape[-1])).any():
-        return None, None, "returned num_accepted outside 0..k or next_tokens outside the vocabulary"
+        return None, None, problem("returned num_accepted outside 0..k or next_tokens outside the vocabulary")
     return n, y, changed
+
+
+def _invariant(verdict: Verdict, name: str, measured: str, bad: int | None, problem: str) -> None:
+    """One invariant's row: the rows breaking it (where the call's outputs could be read), failing also on a
+    problem of the call (a changed input, an exception, malformed outputs)."""
+    detail = "; ".join(filter(None, (problem, f"{bad} rows" if bad else "")))
+    verdict.add(name, measured, float("inf") if problem else bad, 0, detail=detail)
 
 
 def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> None:
@@ -153,19 +165,18 @@ def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> 
     p = torch.tensor([0.5, 0.0, 0.5, 0.0], dtype=torch.float64).expand(rows, K + 1, V).clone()
     tokens = torch.randint(0, V, (rows, K), generator=generator)
     n, y, problem = _call(fn, tokens, q, p, generator)
-    bad = 0 if n is None else int(sum(((p[:, :K].gather(-1, tokens[..., None]).squeeze(-1) == 0)
-                                       & (torch.arange(K)[None] < n[:, None])).any(-1)))
-    verdict.add("never accepts x with p(x) = 0", f"rows accepting a zero-probability draft, of {rows}",
-                float("inf") if problem else bad, 0, detail=problem or (f"{bad} rows" if bad else ""))
+    bad = None if n is None else int(sum(((p[:, :K].gather(-1, tokens[..., None]).squeeze(-1) == 0)
+                                          & (torch.arange(K)[None] < n[:, None])).any(-1)))
+    _invariant(verdict, "never accepts x with p(x) = 0", f"rows accepting a zero-probability draft, of {rows}",
+               bad, problem)
     # p == q: every draft accepted.
     q = torch.softmax(torch.randn(rows, K, V, generator=generator, dtype=torch.float64), -1)
     p = torch.cat([q, q[:, :1]], 1)
     tokens = torch.stack([sample_from(q[:, i], torch.rand(rows, generator=generator, dtype=torch.float64))
                           for i in range(K)], 1)
     n, y, problem = _call(fn, tokens, q, p, generator)
-    bad = 0 if n is None else int((n != K).sum())
-    verdict.add("p == q accepts every draft", f"rows rejecting a draft, of {rows}", float("inf") if problem else bad,
-                0, detail=problem or (f"{bad} rows" if bad else ""))
+    _invariant(verdict, "p == q accepts every draft", f"rows rejecting a draft, of {rows}",
+               None if n is None else int((n != K).sum()), problem)
 
 
 def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0, name: str | None = None) -> Verdict:
@@ -187,8 +198,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
     for setup, (p, q) in all_setups.items():
         exact = exact_events(p, q)
         tokens, draft_probs, target_probs = draft_rows(p, q, rows, generator)
-        n, y, problem = _call(fn, tokens, draft_probs.float(), target_probs.float(), generator,
-                              outputs_despite_changes=True)
+        n, y, problem = _call(fn, tokens, draft_probs.float(), target_probs.float(), generator)
         if problem:
             verdict.add(f"[{setup}] runs", "a call on valid input, inputs left as given", float("inf"), 0,
                         detail=problem)
@@ -314,6 +324,7 @@ def check_given_uniforms(fn, *, name: str | None = None, dtype=torch.float64) ->
             wrong.append(f"{label}: num_accepted {n}, expected {expect}")
         elif residual[y] <= 0:
             wrong.append(f"{label}: next token {y} has no mass in {'the residual' if n == 0 else 'p'}")
-    verdict.add("edge uniforms", f"wrong answers of {len(cases)} edge cases", len(wrong), 0, detail="; ".join(wrong))
+    verdict.add("edge uniforms", f"wrong answers of {len(cases)} edge cases, {str(dtype)[6:]} uniforms", len(wrong), 0,
+                detail="; ".join(wrong))
     verdict.seconds = time.perf_counter() - started
     return verdict

@@ -355,6 +355,94 @@ def test_the_position_tests_are_conservative_for_a_correct_engine():
     assert low <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / len(pvalues))
 
 
+@pytest.mark.parametrize("name,p,power", [
+    ("uniform over 50", np.full(50, 1 / 50), 0.0),
+    ("Zipf over 10,000", (lambda w: w / w.sum())(1 / np.arange(1, 10_001) ** 1.1), 0.9),
+    ("one token at 0.97", np.array([0.97] + [0.03 / 200] * 200), 0.0),
+])
+def test_the_repeat_test_holds_its_level_and_catches_samples_returned_twice(name, p, power):
+    """stats.repeat_test is exact (a martingale), so independent samples fail it at most as often as its level:
+    300 runs of 500 draws at level 0.05, for distributions with many repeats and with few (0 to 2 runs fail). Where
+    repeats by chance are rare (Zipf), 250 draws returned twice fail it in every run; where almost every draw
+    repeats anyway, in about one run in ten (so the generator check's note asks for longer continuations there)."""
+    rng = np.random.default_rng(0)
+    runs, level = 300, 0.05
+    fails = {"independent": 0, "twice": 0}
+    for run in range(runs):
+        for kind, draws in (("independent", rng.choice(len(p), 500, p=p)),
+                            ("twice", np.tile(rng.choice(len(p), 250, p=p), 2))):
+            values, ids = np.unique(draws, return_inverse=True)
+            fails[kind] += stats.repeat_test(ids, p[values], level, seed=run).log_evalue >= -np.log(level)
+    print(name, {kind: count / runs for kind, count in fails.items()})
+    assert fails["independent"] / runs <= level + 3 * np.sqrt(level * (1 - level) / runs)
+    assert fails["twice"] / runs >= power
+
+
+def _seeded_alike(batch):
+    """An engine that serves its samples in batches, every batch seeded with the same seed: each batch repeats
+    the first, so every continuation comes back n_samples / batch times."""
+
+    def generate(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        out = []
+        while len(out) < n_samples:
+            out += adapters.minibass_generator(target_dir, draft_dir, prompt, n_tokens,
+                                               min(batch, n_samples - len(out)), sampling, seed)
+        return out
+
+    return generate
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_a_generator_seeding_every_batch_alike_fails(seed):
+    """Two batches of 2,000 with the same seed, 8 tokens: each sample is distributed as it should be, and the
+    G-tests may pass (the joint failed at seeds 0 and 2, passed at 1 and 3); the repeats give it away. A generator
+    seeding its batches seed, seed + 1 passes the same row."""
+    verdict = oracle.check_generator(_seeded_alike(2_000), n_tokens=8, samples=4_000, seed=seed)
+    print(verdict)
+    row = {c.name: c for c in verdict.checks}["repeated continuations"]
+    assert not row.passed and "seeded alike" in row.detail
+    assert not {"runs", "output", "continuations returned", "impossible sequences"} & {c.name for c in verdict.failures()}
+
+    def seeded_apart(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        return [tokens for i in range(2) for tokens in adapters.minibass_generator(
+            target_dir, draft_dir, prompt, n_tokens, n_samples // 2, sampling, seed + i)]
+
+    verdict = oracle.check_generator(seeded_apart, n_tokens=8, samples=4_000, seed=seed)
+    assert {c.name: c for c in verdict.checks}["repeated continuations"].passed
+    assert not any("cannot see samples returned twice" in note for note in verdict.notes)  # it could have failed
+
+
+def test_where_repeats_cannot_show_the_verdict_says_so():
+    """At 3 tokens (216 continuations) almost every sample repeats an earlier one by chance (96-97 %): the same engine
+    passes the row, and a note says that samples returned twice cannot be seen there. At 8 tokens no such note
+    (test_a_generator_seeding_every_batch_alike_fails)."""
+    verdict = oracle.check_generator(_seeded_alike(2_000), n_tokens=3, samples=4_000)
+    print(verdict)
+    assert {c.name: c for c in verdict.checks}["repeated continuations"].passed
+    assert any(note.startswith("the repeated-continuations row cannot see samples returned twice here")
+               and "each returned twice, pass it" in note and "At 3 tokens 9" in note for note in verdict.notes)
+
+
+def test_impossible_sequences_name_the_most_common_one_with_an_exact_count():
+    """Top-k 1: only the target's argmax path is possible. 11,990 samples on it, then 3 of one impossible
+    sequence and 7 of another: the row counts 10 and names the one seen 7 times."""
+    sampling = minibass.SamplingParams(top_k=1)
+    seen = {}
+
+    def engine(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        path = adapters.minibass_generator(target_dir, draft_dir, prompt, n_tokens, 1, sampling, seed)[0]
+        seen["a"], seen["b"] = [(t + 1) % 6 for t in path], [(t + 2) % 6 for t in path]  # off the path at token 1
+        return [path] * (n_samples - 10) + [seen["a"]] * 3 + [seen["b"]] * 7
+
+    verdict = oracle.check_generator(engine, samples=12_000, sampling=sampling)
+    print(verdict)
+    row = {c.name: c for c in verdict.checks}["impossible sequences"]
+    assert row.statistic == 10 and not row.passed
+    assert row.detail == (f"{tuple(seen['b'])} seen 7 times: token 1 has probability 0 there; "
+                          "1 other impossible sequence seen")
+    assert "  12000  " in str(verdict) and "   10  " in str(verdict)  # counts printed whole, not as 1.2e+04
+
+
 def test_the_joint_by_teacher_forcing_equals_the_enumeration():
     """exact_distribution (products of conditionals from batched forward passes) against minibass.exact."""
     from minibass import exact
@@ -718,14 +806,27 @@ def test_a_sampler_that_changes_its_inputs_is_told_which():
     assert all("in place" in c.detail and "outside the vocabulary" in c.detail for c in verdict.failures())
 
 
-def test_a_generator_that_returns_the_prompt_too_is_told_so():
+@pytest.mark.parametrize("n_tokens", [2, 3, 8])
+def test_a_generator_that_returns_the_prompt_too_is_told_so(n_tokens):
+    """Rows cut to n_tokens: with n_tokens = 2 they hold only the start of the prompt [1, 4, 2]."""
     from minibass.oracle.generator import PROMPT
 
     def with_prompt(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
         return [list(prompt) + [0] * n_tokens for _ in range(n_samples)]
 
-    verdict = oracle.check_generator(with_prompt, samples=50)
-    assert not verdict.ok and f"every continuation starts with the prompt {list(PROMPT)}" in str(verdict)
+    verdict = oracle.check_generator(with_prompt, samples=50, n_tokens=n_tokens)
+    print(verdict)
+    says = "the prompt [1, 4, 2]" if n_tokens >= 3 else "[1, 4], the start of the prompt [1, 4, 2]"
+    assert not verdict.ok and f"every continuation starts with {says}: return the new tokens only" in str(verdict)
+    assert PROMPT == [1, 4, 2]
+
+
+def test_rows_too_short_get_no_note_on_the_bonus_token():
+    """The bonus-token note speaks of positions the rows do not reach: only the failing row is told."""
+    verdict = oracle.check_generator(lambda *a: [[0, 1]] * 10, n_tokens=3, samples=10)
+    print(verdict)
+    assert [c.name for c in verdict.failures()] == ["continuations returned"]
+    assert not any("bonus token" in note for note in verdict.notes)
 
 
 def test_cli_exit_status_and_json(tmp_path):

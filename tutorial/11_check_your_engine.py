@@ -50,7 +50,9 @@ print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 #
 # `check_generator` writes a tiny Llama target and draft (vocabulary 6) as Hugging Face folders,
 # lets the engine under test load them and sample continuations, and tests the samples against the
-# exact distribution of the first tokens, computed by enumeration from the same folders.
+# exact distribution of the first tokens, computed by enumeration from the same folders, and tests
+# that they are independent draws (an engine seeding every batch alike returns the same samples
+# again: the "repeated continuations" row).
 # transformers' assisted generation, live, drafting 3 tokens a round (the adapter's default): its
 # first bonus token can come at position 4, so the check looks at `n_tokens=4` tokens (with fewer,
 # a bonus token drawn from the wrong row would go unseen; the verdict's last note says so):

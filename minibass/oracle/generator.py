@@ -10,7 +10,7 @@ and returns samples:
 Speculative decoding is exact iff every token follows the target's (warped) distribution given
 the prompt and the tokens before it. The oracle loads the target into minibass (float64) and
 computes, by teacher forcing, that distribution at every position of every distinct sample
-(``next_token_probs``). Two kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 1):
+(``next_token_probs``). Three kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 2):
 
 * the joint of the first ``JOINT_TOKENS`` tokens against its exact distribution, enumerated over
   all V^3 continuations (a G-test over up to 216 cells);
@@ -22,13 +22,19 @@ computes, by teacher forcing, that distribution at every position of every disti
   one draw from its own p; the counts then vary at most as much as multinomial counts with the
   same expectation (the p differ from sample to sample, and the tokens before fix each row's
   total), so the G-test's chi-square threshold is conservative: a correct engine fails it with
-  probability at most alpha / m (``tests/test_oracle.py`` finds 1 % of its p-values below 0.05).
+  probability at most alpha / m (``tests/test_oracle.py`` finds 1 % of its p-values below 0.05);
+* repeats (``stats.repeat_test``): the samples must be independent draws. An engine that seeds every
+  batch alike returns each continuation several times, each one distributed as it should be, which
+  the tests above can miss; more samples equal an earlier one than independent draws allow. Exact
+  (a martingale test); it sees such repeats when continuations rarely repeat by chance (n_tokens = 8
+  here), not at 3 tokens, where almost every sample repeats an earlier one.
 
 An engine drafting k tokens emits its first bonus token at position k + 1 (when all k drafts are
 accepted), so ``n_tokens`` must exceed the draft length for the bonus token to be tested: the
-default 3 reaches it for draft lengths up to 2; ``n_tokens=8`` covers draft lengths up to 7. The draft (``DRAFT_NOISE``) is far enough from the target
-that about one draft token in four is rejected (residual draws happen often) and close enough
-that a round of k = 7 drafts is accepted whole about one time in five (bonus tokens happen often).
+default 3 reaches it for draft lengths up to 2; ``n_tokens=8`` covers draft lengths up to 7.
+The draft (``DRAFT_NOISE``) is far enough from the target that about one draft token in four is
+rejected (residual draws happen often) and close enough that a round of k = 7 drafts is accepted
+whole about one time in five (bonus tokens happen often).
 """
 
 from __future__ import annotations
@@ -156,12 +162,16 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
                     detail=problem)
     else:
         _test_samples(verdict, target, rows, samples, n_tokens, sampling, alpha)
-        if not verdict.ok and rows and all(r[:len(PROMPT)] == list(PROMPT) for r in rows):  # a likely cause
-            verdict.notes.append(f"every continuation starts with the prompt {list(PROMPT)}: return the new tokens "
-                                 "only, without the prompt")
+        head = PROMPT[:n_tokens]  # as much of the prompt as the rows hold
+        if not verdict.ok and rows and all(r[:len(head)] == head for r in rows):  # a likely cause
+            verdict.notes.append(f"every continuation starts with {'the prompt ' if head == PROMPT else ''}{head}"
+                                 f"{'' if head == PROMPT else f', the start of the prompt {PROMPT}'}: return the "
+                                 "new tokens only, without the prompt")
         verdict.notes.append(f"the engine took {engine_seconds:.1f} s")
-        verdict.notes.append(f"n_tokens = {n_tokens}: an engine's first bonus token comes at position k + 1, so this "
-                             f"run tests bonus tokens of draft lengths k <= {n_tokens - 1} only; give n_tokens > k")
+        if all(len(r) >= n_tokens for r in rows):  # else the rows too short come first
+            verdict.notes.append(f"n_tokens = {n_tokens}: an engine's first bonus token comes at position k + 1, so "
+                                 f"this run tests bonus tokens of draft lengths k <= {n_tokens - 1} only; give "
+                                 "n_tokens > k")
     verdict.seconds = time.perf_counter() - started
     return verdict
 
@@ -181,15 +191,16 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     conditional = next_token_probs(target, sequences, sampling)  # (U, n, V)
     p_token = np.take_along_axis(conditional, sequences[..., None], -1)[..., 0]  # (U, n)
     impossible = (p_token == 0).any(1)  # (U,)
-    first = int(np.argmax(impossible))
     verdict.add("impossible sequences", "samples the target can never produce", int(counts[impossible].sum()), 0,
-                detail=f"{tuple(sequences[first].tolist())} seen {counts[first]} times: token "
-                       f"{int(np.argmax(p_token[first] == 0)) + 1} has probability 0" if impossible.any() else "")
+                detail=_impossible_words(sequences[impossible], counts[impossible], p_token[impossible]))
+    rows = [r for r in rows if len(r) >= n_tokens]
     sequences, counts, conditional = sequences[~impossible], counts[~impossible], conditional[~impossible]
+    p_token = p_token[~impossible]
     if not len(counts):
         return
-    m = n_tokens + 1  # the joint, and one test per position
+    m = n_tokens + 2  # the joint, one test per position, and the repeats
     level = alpha / m
+    repeats_note = _test_repeats(verdict, target, rows, sequences, counts, p_token.prod(1), sampling, level)
     n_joint = min(n_tokens, JOINT_TOKENS)
     firsts = Counter()
     for sequence, count in zip(sequences[:, :n_joint].tolist(), counts.tolist()):
@@ -210,6 +221,57 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     verdict.notes.append(f"{n:,} samples, vocab {VOCAB}, prompt {PROMPT}, {sampling}; each test at alpha / {m} = "
                          f"{level:.2g}; smallest total variation of the joint caught with probability 0.99: "
                          f"{stats.detectable_tv(n, joint.dof, level):.3f}")
+    if repeats_note:
+        verdict.notes.append(repeats_note)
+
+
+def _impossible_words(sequences: np.ndarray, counts: np.ndarray, p_token: np.ndarray) -> str:
+    """The impossible sequence seen most often, how often, and where its first impossible token is."""
+    if not len(counts):
+        return ""
+    worst = int(np.argmax(counts))
+    seen, others = int(counts[worst]), len(counts) - 1
+    return (f"{tuple(sequences[worst].tolist())} seen {seen} time{'s' * (seen != 1)}: token "
+            f"{int(np.argmax(p_token[worst] == 0)) + 1} has probability 0 there"
+            + (f"; {others} other impossible sequence{'s' * (others != 1)} seen" if others else ""))
+
+
+def _test_repeats(verdict: Verdict, target, rows: list[list[int]], sequences: np.ndarray, counts: np.ndarray,
+                  probability: np.ndarray, sampling: SamplingParams, level: float) -> str:
+    """The row "repeated continuations": are the samples independent draws? (``stats.repeat_test``)
+    ``rows``: the samples in the engine's order; ``sequences`` [U, n], ``counts`` [U] and ``probability`` [U]:
+    the possible distinct ones, how often each was returned and its exact probability. Returns a note, or '':
+    where the row passed, whether it could have seen samples returned twice at all."""
+    index = {tuple(s): i for i, s in enumerate(sequences.tolist())}
+    ids = np.array([index[tuple(r)] for r in rows if tuple(r) in index])  # (n,) impossible samples left out
+    test = stats.repeat_test(ids, probability, level)
+    n = len(ids)
+    excess = counts / (n * probability)  # how many times more often than expected
+    worst = int(np.argmax(np.where(counts > 1, excess, 0)))
+    detail = (f"{tuple(sequences[worst].tolist())} returned {counts[worst]} times, expected "
+              f"{n * probability[worst]:.3g} (probability {probability[worst]:.3g}); identical continuations come "
+              "back far more often than independent samples would: is every batch or request seeded alike?")
+    verdict.add("repeated continuations", f"samples equal to an earlier one, in random order; their chances of that "
+                f"add up to {test.expected:,.1f}", test.repeats, test.threshold, rule="<",
+                passed=test.log_evalue < -np.log(level), detail=detail)
+    if not verdict.checks[-1].passed or n < 2:
+        return ""
+    # Could the row have seen it? The commonest such bug, tried: n / 2 independent samples of the target's
+    # (minibass's, from the float64 target), each returned twice. Not the engine's own: they may be repeats already.
+    from ..generate import generate
+
+    half = np.array(generate(target, [list(PROMPT)] * (n // 2), sequences.shape[1], sampling=sampling,
+                             seed=1).tokens)  # (n // 2, n_tokens)
+    distinct, half_ids = np.unique(half, axis=0, return_inverse=True)
+    p_half = np.take_along_axis(next_token_probs(target, distinct, sampling), distinct[..., None], -1)[..., 0]
+    twice = stats.repeat_test(np.concatenate([half_ids.ravel()] * 2), p_half.prod(1), level)
+    if twice.log_evalue < -np.log(level):
+        return (f"the repeated-continuations row cannot see samples returned twice here (e.g. two batches seeded "
+                f"alike): {n // 2:,} independent samples of the target, each returned twice, pass it "
+                f"({twice.repeats:,} repeats, threshold {twice.threshold:,.0f}). At {sequences.shape[1]} tokens "
+                f"{test.expected / n:.0%} of the samples repeat an earlier one by chance; a larger n_tokens makes "
+                "such repeats visible")
+    return ""
 
 
 def pair_counts(sequences: np.ndarray, counts: np.ndarray, conditional: np.ndarray, j: int) -> tuple[dict, Counter]:

@@ -160,3 +160,57 @@ def worst_cells(exact: dict, observed: Counter, n_cells: int = 3, words=lambda e
     worst = sorted(scored, key=lambda t: (exact[t[1]] * n < 1, -abs(t[0])))[:n_cells]
     return "; ".join(f"{words(e)}: observed {observed.get(e, 0)}, expected {exact[e] * n:.3g} ({z:+.1f} sd)"
                      for z, e in worst)
+
+
+# --- independence: repeated samples --------------------------------------------------------------------------
+#
+# Samples from an engine must be independent draws: an engine that seeds every batch (or every request) with
+# the same seed returns the same continuations several times over, each one still distributed as it should be,
+# so the goodness-of-fit tests above, which look at each sample's distribution, can miss it. What it cannot
+# hide is repeats. Take the samples in a random order (a random order of independent draws is independent
+# draws again) and call sample t a repeat if it equals an earlier one. Given the samples before it, sample t is
+# a repeat with probability pi_t = the exact probability mass of the distinct samples seen so far, known here
+# exactly since the oracle knows each sample's probability. So for every lambda,
+# exp(lambda R - sum_t log(1 + pi_t (e^lambda - 1))), with R the number of repeats, is a nonnegative martingale
+# starting at 1 (each step multiplies it by e^(lambda B) / E[e^(lambda B)] for a Bernoulli(pi_t) B). So is the
+# mean of several of them (the e-value), and by Ville's inequality it ever exceeds 1 / alpha with probability
+# at most alpha: an exact test, without asymptotics, for any number of samples and any distribution.
+
+REPEAT_LAMBDAS = np.geomspace(1 / 64, 8, 10)  # the mixture's rates: small for many repeats, large for a few
+
+
+@dataclass(frozen=True)
+class RepeatTest:
+    """Repeats among samples taken in a random order: ``repeats`` (samples equal to an earlier one),
+    ``expected`` (the sum of their chances, what independent draws would average), ``threshold`` (the fewest
+    repeats that fail at the level asked, given ``expected``) and ``log_evalue`` (log of the test's e-value)."""
+
+    repeats: int
+    expected: float
+    threshold: float
+    log_evalue: float
+
+
+def repeat_test(ids: np.ndarray, probability: np.ndarray, level: float, seed: int = 0) -> RepeatTest:
+    """Test independent sampling (see above). ``ids`` [n]: each sample's index into ``probability`` [U], the
+    exact probabilities of the distinct samples (all > 0). The samples are put in a random order (``seed``)."""
+    check_alpha(level)
+    ids = np.asarray(ids)[np.random.default_rng(seed).permutation(len(ids))]  # (n,)
+    first = np.zeros(len(ids), dtype=bool)
+    first[np.unique(ids, return_index=True)[1]] = True  # each distinct sample's first appearance
+    gained = np.where(first, np.asarray(probability, dtype=np.float64)[ids], 0.0)  # (n,) mass newly seen at t
+    chance = np.minimum(np.cumsum(gained) - gained, 1.0)  # (n,) pi_t: the mass seen before sample t
+    repeats, expected = int((~first).sum()), float(chance.sum())
+
+    log_mgf = np.log1p(np.outer(np.expm1(REPEAT_LAMBDAS), chance)).sum(1)  # (lambdas,) sum_t log E[e^(lambda B_t)]
+
+    def log_evalue(r: float) -> float:
+        return float(np.logaddexp.reduce(REPEAT_LAMBDAS * r - log_mgf) - np.log(len(REPEAT_LAMBDAS)))
+
+    bar = -np.log(level)
+    lo, hi = 0.0, max(expected, 1.0)
+    while log_evalue(hi) < bar:  # it grows with r: bracket, then bisect, the fewest repeats that fail (may exceed n)
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        lo, hi = (lo, (lo + hi) / 2) if log_evalue((lo + hi) / 2) >= bar else ((lo + hi) / 2, hi)
+    return RepeatTest(repeats, expected, float(np.ceil(hi)), log_evalue(repeats))

@@ -116,4 +116,6 @@ def _is_library(filename: str) -> bool:
 def _num(x: float) -> str:
     if not math.isfinite(x):
         return str(x)
+    if x == int(x) and abs(x) < 1e9:  # a count: every digit
+        return f"{int(x)}"
     return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.3e}"

@@ -400,7 +400,7 @@ def test_a_generator_seeding_every_batch_alike_fails(seed):
     verdict = oracle.check_generator(_seeded_alike(2_000), n_tokens=8, samples=4_000, seed=seed)
     print(verdict)
     row = {c.name: c for c in verdict.checks}["repeated continuations"]
-    assert not row.passed and "seeded alike" in row.detail
+    assert not row.passed and "is every batch or request seeded alike?" in row.detail and " sd of independent" in row.detail
     assert not {"runs", "output", "continuations returned", "impossible sequences"} & {c.name for c in verdict.failures()}
 
     def seeded_apart(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
@@ -420,7 +420,16 @@ def test_where_repeats_cannot_show_the_verdict_says_so():
     print(verdict)
     assert {c.name: c for c in verdict.checks}["repeated continuations"].passed
     assert any(note.startswith("the repeated-continuations row cannot see samples returned twice here")
-               and "each returned twice, pass it" in note and "At 3 tokens 9" in note for note in verdict.notes)
+               and "each returned twice, failed it in 0 of 5 trials" in note and "At 3 tokens 9" in note
+               for note in verdict.notes)
+
+
+def test_greedy_samples_cannot_show_independence_and_the_verdict_says_so():
+    verdict = oracle.check_generator(adapters.minibass_generator, n_tokens=4, samples=200,
+                                     sampling=minibass.SamplingParams(temperature=0))
+    print(verdict)
+    assert verdict.ok
+    assert any(note.startswith("one continuation has all the probability here") for note in verdict.notes)
 
 
 def test_impossible_sequences_name_the_most_common_one_with_an_exact_count():

@@ -183,12 +183,19 @@ REPEAT_LAMBDAS = np.geomspace(1 / 64, 8, 10)  # the mixture's rates: small for m
 class RepeatTest:
     """Repeats among samples taken in a random order: ``repeats`` (samples equal to an earlier one),
     ``expected`` (the sum of their chances, what independent draws would average), ``threshold`` (the fewest
-    repeats that fail at the level asked, given ``expected``) and ``log_evalue`` (log of the test's e-value)."""
+    repeats that fail at the level asked, given ``expected``), ``log_evalue`` (log of the test's e-value) and
+    ``sd`` (the standard deviation of repeats - expected for independent draws, sqrt(sum_t pi_t (1 - pi_t))).
+    The test is one-sided: too many repeats fail it, whether the samples depend on each other or come from a
+    distribution more concentrated than the exact one (which the goodness-of-fit tests look at)."""
 
     repeats: int
     expected: float
     threshold: float
     log_evalue: float
+    sd: float
+
+    def passed(self, level: float) -> bool:
+        return self.log_evalue < -np.log(level)
 
 
 def repeat_test(ids: np.ndarray, probability: np.ndarray, level: float, seed: int = 0) -> RepeatTest:
@@ -213,4 +220,5 @@ def repeat_test(ids: np.ndarray, probability: np.ndarray, level: float, seed: in
         lo, hi = hi, 2 * hi
     for _ in range(60):
         lo, hi = (lo, (lo + hi) / 2) if log_evalue((lo + hi) / 2) >= bar else ((lo + hi) / 2, hi)
-    return RepeatTest(repeats, expected, float(np.ceil(hi)), log_evalue(repeats))
+    sd = float(np.sqrt((chance * (1 - chance)).sum()))
+    return RepeatTest(repeats, expected, float(np.ceil(hi)), log_evalue(repeats), sd)

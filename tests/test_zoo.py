@@ -382,6 +382,24 @@ def test_auto_constants_script_scores_against_the_best_fixed_length(tmp_path, ca
     assert out.count("verify slope x0.6") == 2 and "2 prompt sets" in out
 
 
+def test_auto_vs_best_chooses_the_best_length_on_other_rounds_than_it_measures():
+    """scripts/auto_vs_best.py: four rounds, regular 1 s each. k = 2 is fast on rounds 1 and 3, k = 3 on rounds 2
+    and 4, `auto` in between: in hindsight the best k is whichever median is larger; held out, the k chosen on
+    rounds 1 and 3 (k = 2) is measured on rounds 2 and 4, where it is slow, and the other way round."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_vs_best.py"))
+    seconds = {"regular": [1.0] * 4, "1": [1.0] * 4, "2": [0.5, 1.0, 0.5, 1.0], "3": [1.0, 0.4, 1.0, 0.4],
+               "4": [2.0] * 4, "auto": [0.8] * 4}
+    result = script["compare"](seconds)
+    assert result["median_speedup"]["2"] == pytest.approx(1.5) and result["median_speedup"]["3"] == pytest.approx(1.75)
+    assert result["hindsight"][0] == "3" and result["hindsight"][1] == pytest.approx(1.25 / 1.75)
+    (k1, r1), (k2, r2) = result["held_out"]
+    assert (k1, k2) == ("2", "3")
+    assert r1 == pytest.approx(1.25 / 1.0) and r2 == pytest.approx(1.25 / 1.0)
+
+
 def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_path):
     """--draft-init target copies the target's embeddings, first layers and final norm, so the draft starts
     as the target's early exit: the same logits as the target's norm and head applied after layer 1. A

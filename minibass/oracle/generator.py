@@ -25,11 +25,11 @@ computes, by teacher forcing, that distribution at every position of every disti
   probability at most alpha / m (``tests/test_oracle.py`` finds 1 % of its p-values below 0.05);
 * repeats (``stats.repeat_test``): the samples must be independent draws. An engine that seeds every
   batch alike returns each continuation several times, each one distributed as it should be, which
-  the tests above can miss; more samples equal an earlier one than independent draws allow. Exact
-  (a martingale test), one-sided: a distribution more concentrated than the target's fails it too.
-  It sees samples returned twice only where few samples repeat by chance: not at 3 tokens here,
-  where 97 % do. Where it passes, the verdict tries whether it could have failed (``_repeats_seen``)
-  and says so in a note where not.
+  the tests above can miss; more samples equal an earlier one than independent draws allow. A
+  martingale test, valid at any size; one-sided: a distribution more concentrated than the target's
+  fails it too. It sees samples returned twice only where not nearly all samples repeat by chance:
+  at 8 tokens here (77 % do), not at 3 (97 % do). Where it passes, the verdict tries whether it
+  could have failed (``_repeats_seen``) and says so in a note where not.
 
 An engine drafting k tokens emits its first bonus token at position k + 1 (when all k drafts are
 accepted), so ``n_tokens`` must exceed the draft length for the bonus token to be tested: the

@@ -174,7 +174,7 @@ def worst_cells(exact: dict, observed: Counter, n_cells: int = 3, words=lambda e
 # exp(lambda R - sum_t log(1 + pi_t (e^lambda - 1))), with R the number of repeats, is a nonnegative martingale
 # starting at 1 (each step multiplies it by e^(lambda B) / E[e^(lambda B)] for a Bernoulli(pi_t) B). So is the
 # mean of several of them (the e-value), and by Ville's inequality it ever exceeds 1 / alpha with probability
-# at most alpha: an exact test, without asymptotics, for any number of samples and any distribution.
+# at most alpha: a valid test, without asymptotics, for any number of samples and any distribution.
 
 REPEAT_LAMBDAS = np.geomspace(1 / 64, 8, 10)  # the mixture's rates: small for many repeats, large for a few
 

@@ -205,16 +205,13 @@ def demo(args) -> int:
     # The same prompts at every batch size up to --prompts, decoded in batches of --batch-size, so that
     # speed-ups at different batch sizes are measured on the same text (one prompt is an anecdote).
     batch = args.batch_size
-    count = -(-max(args.prompts, batch) // batch) * batch  # whole batches
-    texts = zoo.demo_prompts(count)
-    texts = (texts * count)[:count]
-    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    groups = [prompts[i:i + batch] for i in range(0, count, batch)]
+    groups = zoo.demo_batches(tokenizer, batch, args.prompts)
+    prompts = [p for group in groups for p in group]
     backend = args.attention or minibass.attention.default_backend(args.device)
     policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
     greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
-          f"{sum(p.numel() for p in draft.parameters()):,} params; {count} held-out prompts "
+          f"{sum(p.numel() for p in draft.parameters()):,} params; {len(prompts)} held-out prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens) in {len(groups)} batch"
           f"{'es' if len(groups) > 1 else ''} of {batch}, {args.max_new_tokens} new greedy tokens, "
           f"attention {backend!r}, device {args.device}; tokens/s: median of the runs of each method; speed-up: "
@@ -308,7 +305,7 @@ def demo(args) -> int:
     # any blank lines, was unindented, or at the end of a file; after one the target starts a new file
     # (end-of-text) about one time in seven.
     eos = tokenizer.eos_token_id
-    text = texts[0].rstrip("\n")
+    text = zoo.demo_prompts(1)[0].rstrip("\n")
     sampled = minibass.speculative_generate(target, draft, [tokenizer.encode(text, add_special_tokens=False)],
                                             args.max_new_tokens, draft_length="auto", eos_token_id=eos,
                                             sampling=minibass.SamplingParams(temperature=0.8), **common)

@@ -34,10 +34,8 @@ FIXED = [1, 2, 3, 4]
 def time_rounds(batch: int, rounds: int, tokens: int = 48) -> dict[str, list[float]]:
     """{method: seconds of each round}, methods "regular", "1" .. "4", "auto"."""
     target, draft, tokenizer = zoo.load_demo_pair()
-    count = -(-max(8, batch) // batch) * batch  # whole batches of the demo's prompts, as the demo takes them
-    texts = zoo.demo_prompts(count)
-    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in (texts * count)[:count]]
-    groups = [prompts[i:i + batch] for i in range(0, count, batch)]
+    groups = zoo.demo_batches(tokenizer, batch)  # the demo's own prompts and batches
+    prompts = [p for group in groups for p in group]
     greedy = minibass.SamplingParams(temperature=0)
     minibass.generate(target, prompts[:1], 2)  # warm-up
     minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4)
@@ -67,12 +65,14 @@ def compare(seconds: dict[str, list[float]]) -> dict:
     def best(subset=rounds):
         return max(map(str, FIXED), key=lambda k: median(k, subset))
 
+    def auto_over_best(chosen, measured):
+        k = best(chosen)
+        return k, median("auto", measured) / median(k, measured)
+
     even, odd = [r for r in rounds if r % 2 == 0], [r for r in rounds if r % 2]
-    held_out = [(best(chosen), median("auto", measured) / median(best(chosen), measured))
-                for chosen, measured in ((even, odd), (odd, even))]
     return {"median_speedup": {m: median(m) for m in speedup},
-            "hindsight": (best(), median("auto") / median(best())),
-            "held_out": held_out}
+            "hindsight": auto_over_best(rounds, rounds),
+            "held_out": [auto_over_best(even, odd), auto_over_best(odd, even)]}
 
 
 def main(argv=None) -> None:
@@ -89,8 +89,9 @@ def main(argv=None) -> None:
           + ", ".join(f"{m} {v:.2f}x" for m, v in result["median_speedup"].items()))
     k, ratio = result["hindsight"]
     print(f"auto / best in hindsight (k = {k}, all rounds): {ratio:.3f}")
+    halves = ("odd-numbered", "even-numbered")  # rounds 1, 3, ... and 2, 4, ...: 0-based even and odd
     print("auto / best held out: " + ", ".join(f"{r:.3f} (k = {k} chosen on the {half} rounds)"
-                                               for (k, r), half in zip(result["held_out"], ("odd-numbered", "even-numbered"))))
+                                               for (k, r), half in zip(result["held_out"], halves)))
     if args.out:
         from minibass.bench.common import provenance
 

@@ -119,11 +119,16 @@ def next_token_probs(model, continuations: np.ndarray, sampling: SamplingParams,
     return np.concatenate(out)
 
 
+def chosen_probs(conditional: np.ndarray, continuations: np.ndarray) -> np.ndarray:
+    """[U, n]: the probability of each continuation's own token j, from ``next_token_probs``' [U, n, V]."""
+    return np.take_along_axis(conditional, continuations[..., None], -1)[..., 0]
+
+
 def exact_distribution(model, n_tokens: int, sampling: SamplingParams) -> dict:
     """{token tuple: probability} of the target's first n_tokens: over all VOCAB ** n_tokens continuations,
     the product of their tokens' conditional probabilities (zero cells left out)."""
     every = np.array(list(itertools.product(range(VOCAB), repeat=n_tokens)))  # (V^n, n)
-    p = np.take_along_axis(next_token_probs(model, every, sampling), every[..., None], -1)[..., 0].prod(1)
+    p = chosen_probs(next_token_probs(model, every, sampling), every).prod(1)
     return {tuple(e): float(pr) for e, pr in zip(every.tolist(), p) if pr > 0}
 
 
@@ -191,7 +196,7 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     sequences = np.array(list(observed))  # (U, n) the distinct continuations
     counts = np.array(list(observed.values()))  # (U,)
     conditional = next_token_probs(target, sequences, sampling)  # (U, n, V)
-    p_token = np.take_along_axis(conditional, sequences[..., None], -1)[..., 0]  # (U, n)
+    p_token = chosen_probs(conditional, sequences)  # (U, n)
     impossible = (p_token == 0).any(1)  # (U,)
     verdict.add("impossible sequences", "samples the target can never produce", int(counts[impossible].sum()), 0,
                 detail=_impossible_words(sequences[impossible], counts[impossible], p_token[impossible]))
@@ -251,8 +256,9 @@ def _test_repeats(verdict: Verdict, target, rows: list[list[int]], sequences: np
     excess = counts / (n * probability)  # how many times more often than expected
     worst = int(np.argmax(np.where(counts > 1, excess, 0)))
     surplus = test.repeats - test.expected
-    detail = (f"{surplus:+,.1f} repeats ({surplus / max(test.sd, 1e-12):+.1f} sd of independent draws): the samples are not independent draws (is every batch or request seeded "
-              "alike?) or come from a distribution more concentrated than the target's (see the other rows). "
+    detail = (f"{surplus:+,.1f} repeats ({surplus / max(test.sd, 1e-12):+.1f} sd of independent draws): the "
+              "samples are not independent draws (is every batch or request seeded alike?) or come from a "
+              "distribution more concentrated than the target's (see the other rows). "
               f"Returned most often for its probability: {tuple(sequences[worst].tolist())}, {counts[worst]} times, "
               f"expected {n * probability[worst]:.3g}")
     verdict.add("repeated continuations", f"samples equal to an earlier one, in random order; their chances of that "
@@ -277,10 +283,10 @@ def _repeats_seen(target, n: int, n_tokens: int, sampling: SamplingParams, level
         half = np.array(generate(target, [list(PROMPT)] * (n // 2), n_tokens, sampling=sampling,
                                  seed=1 + trial).tokens)  # (n // 2, n_tokens)
         distinct, half_ids = np.unique(half, axis=0, return_inverse=True)
-        p_half = np.take_along_axis(next_token_probs(target, distinct, sampling), distinct[..., None], -1)[..., 0]
-        twice = stats.repeat_test(np.concatenate([half_ids.ravel()] * 2), p_half.prod(1), level)
+        p_half = chosen_probs(next_token_probs(target, distinct, sampling), distinct).prod(1)  # (distinct,)
+        twice = stats.repeat_test(np.concatenate([half_ids.ravel()] * 2), p_half, level)
         caught += not twice.passed(level)
-        certain &= bool(p_half.prod(1).min() > 1 - 1e-9)
+        certain &= bool(p_half.min() > 1 - 1e-9)
     if caught == REPEAT_TRIALS:
         return ""
     if certain:
@@ -288,9 +294,10 @@ def _repeats_seen(target, n: int, n_tokens: int, sampling: SamplingParams, level
                 "independent: the repeated-continuations row tests nothing")
     tokens = f"{n_tokens} token{'s' * (n_tokens != 1)}"
     sees = "cannot see samples returned twice" if not caught else "catches samples returned twice only at times"
-    return (f"the repeated-continuations row {sees} here (e.g. two batches seeded alike): {n // 2:,} independent samples of the target, each returned "
-            f"twice, failed it in {caught} of {REPEAT_TRIALS} trials. At {tokens} {by_chance:.0%} of the samples repeat "
-            "an earlier one by chance; a larger n_tokens makes such repeats rarer, and duplicates visible")
+    return (f"the repeated-continuations row {sees} here (e.g. two batches seeded alike): {n // 2:,} independent "
+            f"samples of the target, each returned twice, failed it in {caught} of {REPEAT_TRIALS} trials. At {tokens} "
+            f"{by_chance:.0%} of the samples repeat an earlier one by chance; a larger n_tokens makes such repeats "
+            "rarer, and duplicates visible")
 
 
 def pair_counts(sequences: np.ndarray, counts: np.ndarray, conditional: np.ndarray, j: int) -> tuple[dict, Counter]:

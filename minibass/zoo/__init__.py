@@ -39,3 +39,13 @@ def demo_prompts(n: int = 8) -> list[str]:
     of a function definition from each standard-library file the pair never trained on."""
     data = json.loads((DEMO / "prompts.json").read_text())
     return [p["text"] for p in data["prompts"][:n]]
+
+
+def demo_batches(tokenizer, batch: int, n: int = 8) -> list[list[list[int]]]:
+    """The demo's prompts as token ids in batches of ``batch``: at least ``n`` prompts, rounded up to whole
+    batches, the held-out prompts repeated where there are too few, so that every batch size decodes the
+    same text."""
+    count = -(-max(n, batch) // batch) * batch  # whole batches
+    texts = demo_prompts(count)
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in (texts * count)[:count]]
+    return [prompts[i:i + batch] for i in range(0, count, batch)]

@@ -285,8 +285,8 @@ def make_policy(draft_length) -> DraftLengthPolicy:
             return PerSequenceDynamicDraftLength()
         if draft_length == "auto":
             return CostAwareDraftLength()
-        raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy; "
-                         f"got {draft_length!r}")
+        raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy "
+                         f"object; got {draft_length!r}")
     if hasattr(draft_length, "lengths") and hasattr(draft_length, "update"):
         return draft_length
     return FixedDraftLength(draft_length)

@@ -146,21 +146,25 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if isinstance(prompts, torch.Tensor):  # e.g. a tokenizer's padded input_ids
+        raise ValueError("prompts must be a list of token-id lists, one per prompt and without padding, got a "
+                         "Tensor; for a tensor of ids: [row.tolist() for row in ids] (drop any padding first)")
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
-        raise ValueError("prompts must be a non-empty list of token-id lists")
+        raise ValueError(f"prompts must be a non-empty list of token-id lists, got {type(prompts).__name__} "
+                         f"{prompts!r:.40}")
     for b, prompt in enumerate(prompts):
         if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
             raise ValueError(f"prompts[{b}] must be a non-empty list of token ids, got {prompt!r:.60}")
         wrong = next((t for t in prompt if not is_int(t)), None)
         if wrong is not None:
             raise ValueError(f"prompts[{b}] must hold int token ids, got {type(wrong).__name__} {wrong!r:.40}")
-        for model in models:
+        for model, role in zip(models, ["model"] if len(models) == 1 else ["target", "draft"]):
             if any(not 0 <= t < model.vocab_size for t in prompt):
                 raise ValueError(f"prompts[{b}] has token ids outside [0, {model.vocab_size})")
             limit = getattr(model, "max_seq_len", None)
             if limit is not None and len(prompt) + max_new_tokens > limit:
                 raise ValueError(f"prompts[{b}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) "
-                                 f"exceeds the model's max_seq_len ({limit})")
+                                 f"exceeds the {role}'s max_seq_len ({limit})")
 
 
 def check_eos(eos_token_id, vocab_size: int) -> tuple[int, ...] | None:

@@ -66,6 +66,7 @@ def _window(raw: dict) -> int | None:
 
 def config_from_hf(raw: dict) -> ModelConfig:
     """Translates a Hugging Face ``config.json`` dict into a ``ModelConfig``, refusing what the decoder cannot do."""
+    raw = {key: value for key, value in raw.items() if value is not None}  # a null field is a missing one
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"unsupported architecture model_type={model_type!r}; minibass loads "
@@ -178,7 +179,7 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     try:
         config = config_from_hf(raw)
     except KeyError as e:
-        raise ValueError(f"{config_path} lacks the field {e.args[0]!r}, which a {raw.get('model_type')} "
+        raise ValueError(f"{config_path} lacks the field {e.args[0]!r} (or it is null), which a {raw.get('model_type')} "
                          "decoder needs") from None
     files = _weight_files(folder)
     dtype = _dtype(dtype)

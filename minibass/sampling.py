@@ -117,6 +117,19 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
     return torch.minimum(idx, last_positive)
 
 
+def greedy_tokens(logits: Tensor) -> Tensor:
+    """Greedy decoding's token: the first index of the maximum of each row of ``logits`` [..., V], long [...]
+    (``max(-1)``, the same ties as argmax, faster on CPUs). A row whose maximum is NaN or infinite raises the
+    ValueError ``sample_from`` raises, rather than returning the index of a NaN."""
+    values, tokens = logits.max(-1)
+    finite = torch.isfinite(values)
+    if not bool(finite.all()):  # one wait for the device, after the work is queued (the caller reads the tokens next)
+        raise ValueError(f"cannot decode greedily: rows {(~finite).flatten().nonzero().flatten().tolist()[:5]} of the "
+                         "logits have a NaN or infinite maximum (did the model return non-finite logits, e.g. a "
+                         "float16 overflow?)")
+    return tokens
+
+
 def sample(logits: Tensor, params: SamplingParams, streams: "SeedStreams", rows: Sequence[int]) -> tuple[Tensor, Tensor]:
     """One token per row of ``logits`` [R, V] for the sequences ``rows``.
 
@@ -125,7 +138,7 @@ def sample(logits: Tensor, params: SamplingParams, streams: "SeedStreams", rows:
     and consumes no random numbers.
     """
     if params.greedy:
-        tokens = logits.max(-1).indices  # the first index of the maximum, like argmax
+        tokens = greedy_tokens(logits)
         return tokens, logits.new_zeros(logits.shape, dtype=_work_dtype(logits)).scatter_(-1, tokens[:, None], 1.0)
     p = probs(logits, params)  # (R, V)
     return sample_from(p, streams.uniform(rows)[:, 0]), p

@@ -53,7 +53,7 @@ from torch import Tensor
 from .draft_length import make_policy
 from .generate import IDLE, GenerationResult, GenerationStats, check_eos, check_request, last_logits
 from .rejection import accept_and_resample
-from .sampling import SamplingParams, SeedStreams, probs, sample
+from .sampling import SamplingParams, SeedStreams, greedy_tokens, probs, sample
 
 
 def draft_calls(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, drafts: Tensor, attention):
@@ -160,7 +160,7 @@ def greedy_draft_phase(draft, cache, history: Tensor, seq_lens: Tensor, draft_le
         raise ValueError(f"the greedy phases compare argmax tokens: they need temperature 0, got {sampling}")
     drafts = torch.zeros(len(draft_lens), int(draft_lens.max()), dtype=torch.long)
     for i, rows, logits in draft_calls(draft, cache, history, seq_lens, draft_lens, drafts, attention):
-        drafts[rows, i] = logits.max(-1).indices.cpu()  # the first index of the maximum, as in ``sample``
+        drafts[rows, i] = greedy_tokens(logits).cpu()  # the first index of the maximum, as in ``sample``
     return drafts, None
 
 
@@ -168,7 +168,7 @@ def greedy_verify_phase(target, cache, history: Tensor, seq_lens: Tensor, drafts
                         active: Tensor, sampling: SamplingParams, attention) -> Tensor:
     """``verify_phase`` for greedy decoding: the target's tokens long [B, kmax + 1] (host), laid out as p."""
     logits, rows = verify_logits(target, cache, history, seq_lens, drafts, draft_lens, active, attention)
-    return logits.max(-1).indices[rows].cpu()  # (B, kmax + 1)
+    return greedy_tokens(logits)[rows].cpu()  # (B, kmax + 1)
 
 
 def greedy_accept_phase(drafts: Tensor, q: None, p: Tensor, draft_lens: Tensor, active: Tensor,

@@ -74,6 +74,30 @@ def test_non_finite_logits_raise_instead_of_giving_an_out_of_range_token(model, 
         minibass.generate(NonFinite(model, value), [[1, 2]], 1, sampling=SamplingParams(temperature=1.0), seed=0)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_logits_raise_under_greedy_decoding_too(model, value):
+    """Greedy decoding takes an argmax, which would return the index of a NaN (token 0) without a word."""
+    broken, greedy = NonFinite(model, value), SamplingParams(temperature=0)
+    with pytest.raises(ValueError, match="cannot decode greedily.*NaN or infinite.*non-finite logits"):
+        minibass.generate(broken, [[1, 2]], 1, sampling=greedy)
+    for target, draft in [(broken, model), (model, broken)]:  # the target's check, and the draft's
+        with pytest.raises(ValueError, match="cannot decode greedily"):
+            minibass.speculative_generate(target, draft, [[1, 2], [3]], 4, sampling=greedy, draft_length=2)
+
+
+def test_a_tensor_of_prompts_is_refused_with_a_hint(model):
+    with pytest.raises(ValueError, match=r"got a Tensor; for a tensor of ids: \[row.tolist\(\) for row in ids\]"):
+        minibass.generate(model, torch.tensor([[1, 2], [3, 4]]), 3)
+
+
+def test_the_length_limit_names_the_model_that_is_too_short(model):
+    short = Decoder(ModelConfig(**{**CONFIG.__dict__, "max_position_embeddings": 20})).double().eval()
+    with pytest.raises(ValueError, match=r"exceeds the draft's max_seq_len \(20\)"):
+        minibass.speculative_generate(model, short, [[1] * 15], 9)
+    with pytest.raises(ValueError, match=r"exceeds the target's max_seq_len \(20\)"):
+        minibass.speculative_generate(short, model, [[1] * 15], 9)
+
+
 def test_numpy_integer_budget(model):
     assert [len(t) for t in minibass.generate(model, PROMPTS, np.int64(3), attention="naive").tokens] == [3, 3, 3]
 

@@ -89,9 +89,12 @@ def test_malformed_configs_and_shapes_name_the_problem(save_hf):
     edit_config(folder, vocab_size=raw["vocab_size"] + 3)
     with pytest.raises(ValueError, match="embed_tokens.weight has shape .* but config.json implies"):
         minibass.load_model(folder)
-    del raw["num_attention_heads"]
+    heads = raw.pop("num_attention_heads")
     (folder / "config.json").write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="lacks the field 'num_attention_heads'"):
+        minibass.load_model(folder)
+    (folder / "config.json").write_text(json.dumps({**raw, "num_attention_heads": heads, "vocab_size": None}))
+    with pytest.raises(ValueError, match=r"lacks the field 'vocab_size' \(or it is null\)"):
         minibass.load_model(folder)
     (folder / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not valid JSON"):

@@ -105,7 +105,12 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     # The regular run takes one step per token of its longest sequence: steps per batch x batches.
     pace = fixed["paired_regular_steps"] / steps  # tokens per step of the batch's slowest sequence
     alpha = alpha_from_accepted(fixed["mean_accepted"], k)
-    lines = [f"Reading: with k = {k}, a step cost on average (in the round with the median speed-up, prefill "
+    probe = costs_by_batch[batch]["regular"]
+    stalled = not 0.5 <= r / probe <= 2  # a regular step of that round against the probe printed just above
+    lines = [f"Caution: in the round read below, a regular step took {r:.2f} ms, {r / probe:.1f} times the "
+             f"{probe:.2f} ms of the probe above: the machine stalled during that round, so its ratios (and the "
+             f"table's) are off; run the demo again, or with --repeats 7 for the median of more rounds."] if stalled else []
+    lines += [f"Reading: with k = {k}, a step cost on average (in the round with the median speed-up, prefill "
              f"included, in regular steps of {r:.2f} ms, the regular run of that round) one verify {verify:.2f} + "
              f"{fixed['draft_calls'] / steps:.1f} draft calls {drafts:.2f} + the loop's own work outside the forward "
              f"calls (sampling, the rejection step, roll-back, bookkeeping) {host:.2f} = {step_cost:.2f}."]
@@ -134,6 +139,10 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     else:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
+    values = [predicted(cb) for _, cb in sorted(costs_by_batch.items())]
+    if any(later > earlier * 1.05 for earlier, later in zip(values, values[1:])):  # they should fall as the batch grows
+        end += (" (Each comes from a few short probes: where one rises with the batch, the machine was busy while it "
+                "was timed.)")
     lines.append(f"Predicted per sequence from the forward calls alone, timed at each batch size ({trend}): {end}")
     return " ".join(lines)
 

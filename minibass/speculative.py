@@ -259,6 +259,15 @@ class PhaseTimer:
         self.stats.time_split[phase] = self.stats.time_split.get(phase, 0.0) + self.last[phase]
 
 
+def _briefly(values) -> str:
+    """A policy's answer for an error message: short ones whole, long ones by their length and first values."""
+    try:
+        values = list(values)
+    except TypeError:
+        return f"{values!r:.60}"
+    return repr(values) if len(values) <= 8 else f"{len(values)} values: [{', '.join(map(repr, values[:8]))}, ...]"
+
+
 def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
     """Both models read every prompt but its last token (the first verify feeds that one)."""
     batch = len(prompts)
@@ -325,7 +334,8 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         active = s.active.nonzero().flatten().tolist()
         asked = policy.lengths(active)
         if len(asked) != len(active) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in asked):
-            raise ValueError(f"draft length policy must return one int >= 1 per active sequence, got {asked!r}")
+            raise ValueError(f"draft length policy must return one int >= 1 per active sequence ({len(active)}), "
+                             f"got {_briefly(asked)}")
         # Never draft past the budget: at most (max_new_tokens - emitted - 1) drafts, + 1 token from the target.
         budget = (max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)).tolist()
         lengths = [0] * batch  # idle sequences draft nothing

@@ -160,6 +160,41 @@ def _planted_accept():
                 residual=lambda p, q: (p - q).clamp(min=0))  # not normalised
 
 
+def test_the_acceptance_check_wants_a_probability():
+    """p/q without min(1, .) enumerates to p exactly (the negative rejected mass cancels): caught by its range."""
+    ns = _namespace("03", stubbed=False)
+    report = checks.check_accept_resample(lambda p, q, x: float(p[x] / q[x]), ns["residual"], quiet=True)
+    assert not report.passed and report.rows[0]["got"].endswith("not in [0, 1]") and "min(1, p(x) / q(x))" in str(report)
+
+
+def test_a_failing_step_gets_the_learners_line_and_a_hint():
+    import dataclasses
+
+    from minibass.speculative import step
+
+    def no_rollback(*args):
+        *head, phases, timer = args
+        return step(*head, dataclasses.replace(phases, rollback=lambda *a: None), timer)
+
+    def returns_nothing(*args):
+        step(*args)
+
+    error = checks.check_step(no_rollback, quiet=True).error
+    assert "cache capacity" in error and "called from your line" in error and "no_rollback" in error
+    assert error.endswith("hint: did your step roll both caches back (phase 5) after emitting?")
+    error = checks.check_step(returns_nothing, quiet=True).error
+    assert error.startswith("TypeError") and error.endswith("hint: your step must return n, long [B]: the drafts "
+                                                            "each sequence accepted")
+
+
+def test_the_policy_check_wants_what_makes_a_policy():
+    from minibass.draft_length import FixedDraftLength
+
+    error = checks.check_policy(FixedDraftLength(2), quiet=True).error
+    assert error.startswith("got a policy object (FixedDraftLength); pass what makes one")
+    assert checks.check_policy(lambda: FixedDraftLength(2), quiet=True).error is None
+
+
 def _planted_is_exact():
     from minibass.oracle.sampler import draft_rows, events, exact_events, setups
 
@@ -321,6 +356,8 @@ def test_check_fails_on_a_planted_wrong_answer(prefix):
     report = check(*(answer[n] for n in answer), quiet=True, **kwargs)
     assert not report.passed, str(report)
     assert str(report).startswith("Failed:")
+    if prefix == "11":  # the right sampler failed: the hint says how to see the whole verdict
+        assert "print(oracle.check_sampler(wrap(foreign_sampler)))" in str(report)
 
 
 def test_chapter_10_reference_passes_on_the_recorded_run():

@@ -965,3 +965,24 @@ def test_cli_uniforms_from_a_module_and_an_empty_name(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit) as exit_status:
         main(["oracle", "sampler", "edge_engine:rejection_sample", "--uniforms", ""])
     assert exit_status.value.code == 2 and "--uniforms must be" in capsys.readouterr().err
+
+
+def test_the_transformers_adapter_drops_only_assisted_generations_warning_against_itself():
+    import logging
+
+    from minibass.oracle.adapters import _without_transformers_own_deprecation
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addHandler(handler)
+    try:
+        with _without_transformers_own_deprecation():
+            logger.warning("Passing `generation_config` together with generation-related arguments=({'x'}) is ...")
+            logger.warning("something else")
+        logger.warning("Passing `generation_config` together with generation-related arguments=({'y'}) is ...")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["something else", "Passing `generation_config` together with generation-related "
+                                      "arguments=({'y'}) is ..."]

@@ -550,6 +550,11 @@ def test_bad_input(models, kwargs, message):
         minibass.speculative_generate(**args)
 
 
+def test_a_bad_policy_answer_is_shown_briefly(models):
+    with pytest.raises(ValueError, match=r"per active sequence \(12\), got 12 values: \[0, 0, 0, 0, 0, 0, 0, 0, \.\.\.\]$"):
+        minibass.speculative_generate(models["target"], models["other"], [[1]] * 12, 4, draft_length=BadPolicy())
+
+
 def test_vocabulary_mismatch(models):
     with pytest.raises(ValueError, match="share a vocabulary"):
         minibass.speculative_generate(models["target"], TableLM.random(5), [[1]], 3)

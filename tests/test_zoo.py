@@ -425,3 +425,20 @@ def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_pa
     assert minibass.load_model(tmp_path / "pair" / "draft").config.hidden_size == 64
     card = (tmp_path / "pair" / "draft" / "README.md").read_text()
     assert "`--draft-init target`" in card and "Llama: 1 layer, hidden 64" in card
+
+
+def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batch():
+    from minibass.__main__ import _reading
+
+    def row(regular_ms):  # k = 3, 20 steps: verify 1.3, drafts 0.3, host 0.1 regular steps each
+        return {"policy": "3", "paired_regular_ms": regular_ms, "steps": 20, "target_ms": 26 * regular_ms,
+                "draft_ms": 6 * regular_ms, "host_ms": 2 * regular_ms, "paired_regular_steps": 48,
+                "mean_accepted": 1.6, "draft_calls": 60, "speedup": 2.4 / 1.7}
+
+    falling = {1: {"regular": 5.0, "verify": 6.0, "draft": 0.4}, 8: {"regular": 10.0, "verify": 16.0, "draft": 0.9}}
+    quiet = _reading([row(11.0)], falling, 8, 3)
+    assert quiet.startswith("Reading:") and "machine was busy" not in quiet
+    stalled = _reading([row(35.0)], falling, 8, 3)
+    assert stalled.startswith("Caution: in the round read below, a regular step took 35.00 ms, 3.5 times the 10.00 ms")
+    rising = {**falling, 16: {"regular": 12.0, "verify": 13.0, "draft": 0.5}}  # cheaper verify at 16: a busy probe
+    assert "the machine was busy while it was timed" in _reading([row(11.0)], rising, 8, 3)

@@ -15,6 +15,7 @@ import functools
 import math
 import traceback
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,14 +34,41 @@ def _check(name: str):
             except NotImplementedError as e:
                 report.error = f"not written yet ({e or 'NotImplementedError'})"
             except Exception as e:  # the learner's code raised: show where
-                where = traceback.extract_tb(e.__traceback__)[-1]
-                report.error = f"{type(e).__name__}: {e} (line {where.lineno} of {where.name})"
+                report.error = _raised(e)
             if quiet:
                 return report
             print(report)
             return None
         return run
     return wrap
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # minibass/: frames outside it (and outside libraries) are the learner's
+
+# Mistakes whose exception says what broke but not what to change: (the exception's type and a piece of
+# its message, the function that raised, or None for any), and what to tell the learner.
+HINTS = [
+    ((ValueError, "cache capacity"), None, "did your step roll both caches back (phase 5) after emitting?"),
+    ((TypeError, "'NoneType'"), "_record", "your step must return n, long [B]: the drafts each sequence accepted"),
+]
+
+
+def _raised(e: Exception) -> str:
+    """What an exception from the learner's code says, where it was raised (the learner's own line if any),
+    and a hint for the common mistakes of ``HINTS``."""
+    frames = traceback.extract_tb(e.__traceback__)
+    theirs = [f for f in frames if not Path(f.filename).resolve().is_relative_to(PACKAGE)
+              and "site-packages" not in f.filename]
+    deepest = frames[-1]
+    where = f"line {deepest.lineno} of {deepest.name}, {Path(deepest.filename).name}"
+    if theirs and theirs[-1] != deepest:
+        where += f"; called from your line {theirs[-1].lineno} of {theirs[-1].name}"
+    message = str(e) if len(str(e)) <= 300 else str(e)[:300] + " ..."
+    text = f"{type(e).__name__}: {message} ({where})"
+    for (kind, piece), function, hint in HINTS:
+        if isinstance(e, kind) and piece in str(e) and function in (None, deepest.name):
+            text += f"\n  hint: {hint}"
+    return text
 
 
 # ---- chapter 01: the roofline ------------------------------------------------------------------------------
@@ -135,6 +163,17 @@ def check_accept_resample(report: Report, accept_probability, residual, rows: in
     g = np.random.default_rng(3)
     cases = _p_q_cases()
     for i, (p, q) in enumerate(cases):
+        # A probability first: p/q alone gives the right enumeration (q(x) * p(x)/q(x) = p(x), and the negative
+        # "rejected" mass cancels), but a program cannot keep a token with probability 4.
+        outside = [(x, a) for x in range(len(q)) if q[x] > 0
+                   for a in [float(accept_probability(p, q, x))] if not -1e-12 <= a <= 1 + 1e-12]
+        if outside:
+            x, a = outside[0]
+            report.cases += 1
+            report.rows.append({"case": i, "check": f"accept probability of x = {x}", "p": _r(p), "q": _r(q),
+                                "got": f"{a:.4g}, not in [0, 1]"})
+            report.hint = "an acceptance probability must be in [0, 1]: min(1, p(x) / q(x))"
+            continue
         out = emitted_distribution(accept_probability, residual, p, q)
         tv = 0.5 * float((out - p).abs().sum())
         report.cases += 1
@@ -382,6 +421,10 @@ def check_policy(report: Report, make_policy, margin: float = 0.10):
     """make_policy() -> a fresh policy object (lengths / update, see minibass.draft_length)."""
     from .. import speculative_generate
 
+    if not isinstance(make_policy, type) and hasattr(make_policy, "lengths"):  # a policy, not what makes one
+        report.error = (f"got a policy object ({type(make_policy).__name__}); pass what makes one, e.g. the class "
+                        f"{type(make_policy).__name__} itself: every run needs a fresh policy")
+        return
     target, draft = table_pair()
     _fit(report, "sampled", lambda p, n, seed: speculative_generate(
         target, draft, p, n, draft_length=make_policy(), seed=seed).tokens, target)
@@ -485,6 +528,9 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
             report.rows.append({"sampler": name, "oracle verdict": "PASS" if verdict.ok else "FAIL",
                                 "expected": "PASS" if want else "FAIL",
                                 "first failed check": failed[0].name if failed else "-"})
+            if want:
+                report.hint = (f"print(oracle.check_sampler(wrap({name}))) shows the whole verdict: what your adapter "
+                               "returned, and for each failed check the events furthest off")
 
 
 def measure_run(target, draft, prompts: list[list[int]], k: int, new_tokens: int, seed: int = 0,

@@ -100,6 +100,25 @@ def transformers_given_uniforms(draft_tokens, draft_probs, target_probs, u_accep
     return torch.tensor(n_out), torch.tensor(y_out)
 
 
+@contextlib.contextmanager
+def _without_transformers_own_deprecation():
+    """Drops one warning that assisted generation raises against itself: its candidate generator calls the
+    assistant's ``generate`` with a ``generation_config`` and keyword arguments together, which transformers
+    5 calls deprecated ("Passing `generation_config` together with generation-related arguments"). The
+    caller passes no ``generation_config``; every other message gets through."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Passing `generation_config` together with generation-related")
+
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
 def transformers_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling=SamplingParams(), seed=0, *,
                            draft_length: int = 3, **generate_kwargs):
     """transformers assisted generation as a ``check_generator`` engine: one ``generate`` call per
@@ -125,7 +144,7 @@ def transformers_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, s
     torch.manual_seed(seed)
     from tqdm import tqdm
 
-    with torch.no_grad():
+    with torch.no_grad(), _without_transformers_own_deprecation():
         for _ in tqdm(range(n_samples), desc="transformers assisted generation", mininterval=5, leave=False):
             out = target.generate(ids, assistant_model=draft, max_new_tokens=n_tokens, min_new_tokens=n_tokens,
                                   pad_token_id=0, **options, **generate_kwargs)

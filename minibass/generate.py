@@ -94,11 +94,12 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """Draft tokens accepted / proposed over active sequences (None for plain decoding; 0.0 when no
-        draft token was proposed, e.g. with ``max_new_tokens`` 1)."""
-        if not self.speculative:
+        """Draft tokens accepted / proposed over active sequences (None for plain decoding, and where no draft
+        token was proposed, e.g. with ``max_new_tokens`` 1: 0 of 0 is no rate, and 0.0 would read as a draft
+        that never agrees)."""
+        if not self.speculative or not self.proposed_tokens:
             return None
-        return self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
+        return self.accepted_tokens / self.proposed_tokens
 
     @property
     def tokens_per_target_call(self) -> float:

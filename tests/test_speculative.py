@@ -326,6 +326,8 @@ def test_stats(models):
     assert s.tokens_per_target_call == s.new_tokens / (s.steps + 1)
     assert set(s.time_split) == {"draft", "verify", "accept", "rollback"}
     assert 0 <= s.acceptance_rate <= 1
+    one = minibass.speculative_generate(target, models["other"], PROMPTS, 1, sampling=GREEDY, attention="padded")
+    assert one.stats.proposed_tokens == 0 and one.stats.acceptance_rate is None  # a budget of 1: nothing drafted
 
 
 def test_bass_dynamic_policy_follows_algorithm_1():

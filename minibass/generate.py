@@ -147,9 +147,10 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if isinstance(prompts, torch.Tensor):  # e.g. a tokenizer's padded input_ids
-        raise ValueError("prompts must be a list of token-id lists, one per prompt and without padding, got a "
-                         "Tensor; for a tensor of ids: [row.tolist() for row in ids] (drop any padding first)")
+    if not isinstance(prompts, (list, tuple)) and hasattr(prompts, "tolist"):  # a tensor or an array, e.g. input_ids
+        raise ValueError(f"prompts must be a list of token-id lists, one per prompt and without padding, got a "
+                         f"{type(prompts).__name__}; for a 2-D {type(prompts).__name__} of ids, one row per prompt: "
+                         f"[row.tolist() for row in ids] (drop any padding first)")
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of token-id lists, got {type(prompts).__name__} "
                          f"{prompts!r:.40}")

@@ -68,7 +68,8 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     """The distribution actually sampled from: temperature -> top-k -> top-p -> renormalise.
 
     logits: [..., V] float. Returns [..., V] in float32, or float64 if logits are float64.
-    Greedy (temperature 0) returns the one-hot vector at the argmax.
+    Greedy (temperature 0) returns the one-hot vector at the argmax. A row whose logits hold NaN or whose
+    maximum is infinite comes out NaN, greedy or not (what the softmax gives it); ``sample_from`` refuses it.
     """
     if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() < 1:
         raise ValueError(f"logits must be a floating-point tensor [..., V], got {type(logits).__name__}"
@@ -77,7 +78,9 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
     logits = logits.to(_work_dtype(logits))
     if params.greedy:  # one-hot at the argmax (max(-1) is the argmax with the same first-index ties, faster on CPUs)
-        return torch.zeros_like(logits).scatter_(-1, logits.max(-1).indices[..., None], 1.0)
+        top, at = logits.max(-1)
+        one_hot = torch.zeros_like(logits).scatter_(-1, at[..., None], 1.0)
+        return torch.where(torch.isfinite(top)[..., None], one_hot, torch.nan)  # NaN rows where the softmax's are
 
     # The max is taken out before dividing: the same softmax, and a tiny temperature gives -inf
     # (probability 0) off the argmax instead of inf - inf = NaN.
@@ -119,8 +122,8 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
 
 def greedy_tokens(logits: Tensor) -> Tensor:
     """Greedy decoding's token: the first index of the maximum of each row of ``logits`` [..., V], long [...]
-    (``max(-1)``, the same ties as argmax, faster on CPUs). A row whose maximum is NaN or infinite raises the
-    ValueError ``sample_from`` raises, rather than returning the index of a NaN."""
+    (``max(-1)``, the same ties as argmax, faster on CPUs). A row whose maximum is NaN or infinite raises a
+    ValueError, as ``sample_from`` does, rather than returning the index of a NaN."""
     values, tokens = logits.max(-1)
     finite = torch.isfinite(values)
     if not bool(finite.all()):  # one wait for the device, after the work is queued (the caller reads the tokens next)

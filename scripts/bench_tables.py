@@ -47,12 +47,16 @@ def attention_table(d, new_tokens: int = 4) -> str:
     return "\n".join(lines)
 
 
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.2f}"  # None: no draft token was proposed
+
+
 def speculative_table(d, backend: str) -> str:
     ks = list(dict.fromkeys(run["draft_length"] for run in d["rows"][0]["runs"] if run["backend"] == backend))
     lines = ["| batch | regular | " + " | ".join(f"k={k}" for k in ks) + " |", "|" + "---|" * (2 + len(ks))]
     for r in d["rows"]:
         runs = {run["draft_length"]: run for run in r["runs"] if run["backend"] == backend}
-        cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), accept {runs[k]['acceptance_rate']:.2f}, "
+        cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), accept {_rate(runs[k]['acceptance_rate'])}, "
                  f"{runs[k]['tokens_per_target_call']:.1f} tok/call, {runs[k].get('outside_forward_share', 0):.0%} "
                  f"outside forward" for k in ks]
         lines.append(f"| {r['batch']} | {r['regular_tok_s']:.0f} tok/s | " + " | ".join(cells) + " |")

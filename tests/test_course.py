@@ -187,6 +187,15 @@ def test_a_failing_step_gets_the_learners_line_and_a_hint():
                                                             "each sequence accepted")
 
 
+def test_library_frames_are_not_taken_for_the_learners():
+    import statistics
+
+    assert not checks._learners(torch.__file__) and not checks._learners(statistics.__file__)
+    assert not checks._learners("/usr/lib/python3/dist-packages/torch/utils/_contextlib.py")  # Debian, Colab
+    assert not checks._learners(checks.__file__) and not checks._learners("<frozen runpy>")
+    assert checks._learners("/tmp/ipykernel_4242/2764.py") and checks._learners("<ipython-input-3-5f2a>")
+
+
 def test_the_policy_check_wants_what_makes_a_policy():
     from minibass.draft_length import FixedDraftLength
 

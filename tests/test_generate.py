@@ -83,11 +83,16 @@ def test_non_finite_logits_raise_under_greedy_decoding_too(model, value):
     for target, draft in [(broken, model), (model, broken)]:  # the target's check, and the draft's
         with pytest.raises(ValueError, match="cannot decode greedily"):
             minibass.speculative_generate(target, draft, [[1, 2], [3]], 4, sampling=greedy, draft_length=2)
+        with pytest.raises(ValueError, match="cannot (decode greedily|sample)"):  # the general phases, one-hot p and q
+            minibass.speculative_generate(target, draft, [[1, 2], [3]], 4, sampling=greedy, draft_length=2,
+                                          phases=minibass.speculative.Phases())
 
 
 def test_a_tensor_of_prompts_is_refused_with_a_hint(model):
-    with pytest.raises(ValueError, match=r"got a Tensor; for a tensor of ids: \[row.tolist\(\) for row in ids\]"):
+    with pytest.raises(ValueError, match=r"got a Tensor; for a 2-D Tensor of ids, one row per prompt: \[row.tolist"):
         minibass.generate(model, torch.tensor([[1, 2], [3, 4]]), 3)
+    with pytest.raises(ValueError, match=r"got a ndarray; for a 2-D ndarray of ids"):
+        minibass.generate(model, np.array([[1, 2], [3, 4]]), 3)
 
 
 def test_the_length_limit_names_the_model_that_is_too_short(model):

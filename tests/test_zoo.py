@@ -440,5 +440,9 @@ def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batc
     assert quiet.startswith("Reading:") and "machine was busy" not in quiet
     stalled = _reading([row(35.0)], falling, 8, 3)
     assert stalled.startswith("Caution: in the round read below, a regular step took 35.00 ms, 3.5 times the 10.00 ms")
+    busy_probe = _reading([row(4.0)], falling, 8, 3)
+    assert busy_probe.startswith("Caution: the probe above timed a regular step at 10.00 ms, 2.5 times the 4.00 ms")
     rising = {**falling, 16: {"regular": 12.0, "verify": 13.0, "draft": 0.5}}  # cheaper verify at 16: a busy probe
-    assert "the machine was busy while it was timed" in _reading([row(11.0)], rising, 8, 3)
+    assert "the machine may have been busy while it was timed" in _reading([row(11.0)], rising, 8, 3)
+    slightly = {**falling, 16: {"regular": 10.0, "verify": 15.5, "draft": 0.85}}  # a few percent up: no note
+    assert "busy" not in _reading([row(11.0)], slightly, 8, 3)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import math
+import site
+import sysconfig
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -43,7 +45,19 @@ def _check(name: str):
     return wrap
 
 
-PACKAGE = Path(__file__).resolve().parents[1]  # minibass/: frames outside it (and outside libraries) are the learner's
+PACKAGE = Path(__file__).resolve().parents[1]  # minibass/: frames outside it and outside libraries are the learner's
+LIBRARIES = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(),
+                                         *(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))]}
+
+
+def _learners(filename: str) -> bool:
+    """Whether a traceback frame's file is the learner's: not minibass's, not the standard library's, not an
+    installed package's (site-packages, or dist-packages on Debian and Colab)."""
+    if filename.startswith("<") and not filename.startswith("<ipython-input"):  # <string>, <frozen ...>
+        return filename == "<string>"
+    path = Path(filename).resolve()
+    return not (path.is_relative_to(PACKAGE) or any(path.is_relative_to(d) for d in LIBRARIES)
+                or {"site-packages", "dist-packages"} & set(path.parts))
 
 # Mistakes whose exception says what broke but not what to change: (the exception's type and a piece of
 # its message, the function that raised, or None for any), and what to tell the learner.
@@ -57,8 +71,7 @@ def _raised(e: Exception) -> str:
     """What an exception from the learner's code says, where it was raised (the learner's own line if any),
     and a hint for the common mistakes of ``HINTS``."""
     frames = traceback.extract_tb(e.__traceback__)
-    theirs = [f for f in frames if not Path(f.filename).resolve().is_relative_to(PACKAGE)
-              and "site-packages" not in f.filename]
+    theirs = [f for f in frames if _learners(f.filename)]
     deepest = frames[-1]
     where = f"line {deepest.lineno} of {deepest.name}, {Path(deepest.filename).name}"
     if theirs and theirs[-1] != deepest:
@@ -165,10 +178,14 @@ def check_accept_resample(report: Report, accept_probability, residual, rows: in
     for i, (p, q) in enumerate(cases):
         # A probability first: p/q alone gives the right enumeration (q(x) * p(x)/q(x) = p(x), and the negative
         # "rejected" mass cancels), but a program cannot keep a token with probability 4.
-        outside = [(x, a) for x in range(len(q)) if q[x] > 0
-                   for a in [float(accept_probability(p, q, x))] if not -1e-12 <= a <= 1 + 1e-12]
+        outside = None
+        for x in range(len(q)):
+            a = float(accept_probability(p, q, x)) if q[x] > 0 else 0.0
+            if not -1e-12 <= a <= 1 + 1e-12:
+                outside = x, a
+                break
         if outside:
-            x, a = outside[0]
+            x, a = outside
             report.cases += 1
             report.rows.append({"case": i, "check": f"accept probability of x = {x}", "p": _r(p), "q": _r(q),
                                 "got": f"{a:.4g}, not in [0, 1]"})

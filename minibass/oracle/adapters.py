@@ -104,8 +104,9 @@ def transformers_given_uniforms(draft_tokens, draft_probs, target_probs, u_accep
 def _without_transformers_own_deprecation():
     """Drops one warning that assisted generation raises against itself: its candidate generator calls the
     assistant's ``generate`` with a ``generation_config`` and keyword arguments together, which transformers
-    5 calls deprecated ("Passing `generation_config` together with generation-related arguments"). The
-    caller passes no ``generation_config``; every other message gets through."""
+    5 calls deprecated ("Passing `generation_config` together with generation-related arguments"). Every
+    other message gets through. (transformers logs it once per process, so a later assisted generation outside
+    the adapter does not show it either.)"""
     import logging
 
     def keep(record: logging.LogRecord) -> bool:

@@ -146,7 +146,8 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
     values = [predicted(cb) for _, cb in sorted(costs_by_batch.items())]
-    if any(later > earlier * 1.15 for earlier, later in zip(values, values[1:])):  # they tend to fall as the batch grows
+    # They tend to fall as the batch grows.
+    if any(later > earlier * 1.15 for earlier, later in zip(values, values[1:])):
         end += (" (Each comes from a few short probes: where one rises with the batch by more than 15 %, the machine "
                 "may have been busy while it was timed; a rise of a few percent can be this CPU's own.)")
     lines.append(f"Predicted per sequence from the forward calls alone, timed at each batch size ({trend}): {end}")

@@ -179,7 +179,8 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     try:
         config = config_from_hf(raw)
     except KeyError as e:
-        raise ValueError(f"{config_path} lacks the field {e.args[0]!r} (or it is null), which a {raw.get('model_type')} "
+        raise ValueError(f"{config_path} lacks the field {e.args[0]!r} (or it is null), which a "
+                         f"{raw.get('model_type')} "
                          "decoder needs") from None
     files = _weight_files(folder)
     dtype = _dtype(dtype)

@@ -56,7 +56,8 @@ def speculative_table(d, backend: str) -> str:
     lines = ["| batch | regular | " + " | ".join(f"k={k}" for k in ks) + " |", "|" + "---|" * (2 + len(ks))]
     for r in d["rows"]:
         runs = {run["draft_length"]: run for run in r["runs"] if run["backend"] == backend}
-        cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), accept {_rate(runs[k]['acceptance_rate'])}, "
+        cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), "
+                 f"accept {_rate(runs[k]['acceptance_rate'])}, "
                  f"{runs[k]['tokens_per_target_call']:.1f} tok/call, {runs[k].get('outside_forward_share', 0):.0%} "
                  f"outside forward" for k in ks]
         lines.append(f"| {r['batch']} | {r['regular_tok_s']:.0f} tok/s | " + " | ".join(cells) + " |")

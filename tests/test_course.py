@@ -164,7 +164,8 @@ def test_the_acceptance_check_wants_a_probability():
     """p/q without min(1, .) enumerates to p exactly (the negative rejected mass cancels): caught by its range."""
     ns = _namespace("03", stubbed=False)
     report = checks.check_accept_resample(lambda p, q, x: float(p[x] / q[x]), ns["residual"], quiet=True)
-    assert not report.passed and report.rows[0]["got"].endswith("not in [0, 1]") and "min(1, p(x) / q(x))" in str(report)
+    assert not report.passed and report.rows[0]["got"].endswith("not in [0, 1]")
+    assert "min(1, p(x) / q(x))" in str(report)
 
 
 def test_a_failing_step_gets_the_learners_line_and_a_hint():

@@ -553,7 +553,8 @@ def test_bad_input(models, kwargs, message):
 
 
 def test_a_bad_policy_answer_is_shown_briefly(models):
-    with pytest.raises(ValueError, match=r"per active sequence \(12\), got 12 values: \[0, 0, 0, 0, 0, 0, 0, 0, \.\.\.\]$"):
+    brief = r"per active sequence \(12\), got 12 values: \[0, 0, 0, 0, 0, 0, 0, 0, \.\.\.\]$"
+    with pytest.raises(ValueError, match=brief):
         minibass.speculative_generate(models["target"], models["other"], [[1]] * 12, 4, draft_length=BadPolicy())
 
 

@@ -39,7 +39,8 @@ from minibass.course import size
 target, draft, tokenizer = zoo.load_demo_pair()
 prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(size(4, 8))]
 greedy = minibass.SamplingParams(temperature=0.0)
-minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4)  # warm-up: a process's first calls are slow
+# A warm-up: a process's first calls are slow.
+minibass.speculative_generate(target, draft, prompts[:1], 4, draft_length=4)
 speed = {"regular": [], "speculative": []}  # tokens/s of three runs each, alternating: one run can hit a stall
 for _ in range(3):
     regular = minibass.generate(target, prompts, 32, sampling=greedy)

@@ -104,7 +104,8 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
                 })
                 r = row["runs"][-1]
                 print(f"B={batch:<2} {backend:<6} k={str(k):<7} {r['tok_s']:7.1f} tok/s  x{r['speedup']:.2f}  "
-                      f"accept {'-' if r['acceptance_rate'] is None else format(r['acceptance_rate'], '.2f')}  accepted/step {r['mean_accepted_per_step']:.2f}  "
+                      f"accept {_rate(r['acceptance_rate'])}  "
+                      f"accepted/step {r['mean_accepted_per_step']:.2f}  "
                       f"tok/call {r['tokens_per_target_call']:.2f}  outside forward {r['outside_forward_share']:.0%}",
                       flush=True)
         row["regular_tok_s"] = batch * new_tokens / sorted(regular_seconds)[len(regular_seconds) // 2]
@@ -181,3 +182,7 @@ def main(argv=None):
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,
         args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png",
         args.reps)
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.2f}"  # None: no draft token was proposed

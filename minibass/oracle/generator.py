@@ -177,8 +177,8 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
         verdict.notes.append(f"the engine took {engine_seconds:.1f} s")
         if all(len(r) >= n_tokens for r in rows):  # else the rows too short come first
             verdict.notes.append(f"n_tokens = {n_tokens}: an engine's first bonus token comes at position k + 1, so "
-                                 f"this run reaches the bonus tokens of draft lengths k <= {n_tokens - 1} only (for an engine "
-                                 "that drafts more, give n_tokens > its k)")
+                                 f"this run reaches the bonus tokens of draft lengths k <= {n_tokens - 1} only (for "
+                                 "an engine that drafts more, give n_tokens > its k)")
     verdict.seconds = time.perf_counter() - started
     return verdict
 
@@ -214,7 +214,8 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
         firsts[tuple(sequence)] += count
     exact = exact_distribution(target, n_joint, sampling)
     joint = stats.g_test(firsts, exact)
-    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens{' (each later one: the rows below)' if n_joint < n_tokens else ''}, total variation "
+    later = " (every token, pair by pair: the rows below)" if n_joint < n_tokens else ""
+    verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens together{later}, total variation "
                        f"{stats.total_variation(exact, firsts):.4f}; ",
                        detail=stats.worst_cells(exact, firsts, words=lambda e: f"tokens {e}"))
     for j in range(n_tokens):

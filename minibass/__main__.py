@@ -135,8 +135,9 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     def predicted(c):
         return speedup_from_costs(c["regular"], c["verify"], c["draft"], k=k, alpha=alpha)
 
-    stops = [b for b, cb in sorted(costs_by_batch.items()) if predicted(cb) < 1.0]
-    trend = ", ".join(f"batch {b}: {predicted(cb):.2f}x" for b, cb in sorted(costs_by_batch.items()))
+    predictions = {b: predicted(cb) for b, cb in sorted(costs_by_batch.items())}
+    stops = [b for b, x in predictions.items() if x < 1.0]
+    trend = ", ".join(f"batch {b}: {x:.2f}x" for b, x in predictions.items())
     if stops:
         s = costs_by_batch[stops[0]]
         end = (f"speculative decoding stops paying on this device from batch {stops[0]} on: there a verify of "
@@ -145,8 +146,7 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     else:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
-    values = [predicted(cb) for _, cb in sorted(costs_by_batch.items())]
-    # They tend to fall as the batch grows.
+    values = list(predictions.values())  # they tend to fall as the batch grows
     if any(later > earlier * 1.15 for earlier, later in zip(values, values[1:])):
         end += (" (Each comes from a few short probes: where one rises with the batch by more than 15 %, the machine "
                 "may have been busy while it was timed; a rise of a few percent can be this CPU's own.)")
@@ -209,7 +209,7 @@ def demo(args) -> int:
 
     import minibass
     from minibass import zoo
-    from minibass.bench.common import call_costs, forward_clock
+    from minibass.bench.common import call_costs, forward_clock, rate_text
 
     if args.repeats is not None and args.repeats < 1 or args.batch_size < 1:
         raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
@@ -293,7 +293,7 @@ def demo(args) -> int:
             "method": "regular generate" if name == "regular" else f"speculative, k = {name}",
             "tok_s": f"{statistics.median(r.stats.tokens_per_second for r in runs[name]):.1f}",
             "x": f"{speedup:.2f}x",
-            "accept": "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
+            "accept": rate_text(s.acceptance_rate),
             "per_step": "-" if s.mean_accepted is None else f"{s.mean_accepted:.2f}",
             "calls": s.target_calls, "steps": s.steps,
             "draft": "-" if not lengths else f"{min(lengths)}..{max(lengths)} (mean {sum(lengths) / len(lengths):.1f})",

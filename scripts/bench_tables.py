@@ -9,6 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
+from minibass.bench.common import rate_text
+
 RESULTS = Path(__file__).resolve().parent.parent / "bench_results"
 
 
@@ -47,17 +49,13 @@ def attention_table(d, new_tokens: int = 4) -> str:
     return "\n".join(lines)
 
 
-def _rate(value) -> str:
-    return "-" if value is None else f"{value:.2f}"  # None: no draft token was proposed
-
-
 def speculative_table(d, backend: str) -> str:
     ks = list(dict.fromkeys(run["draft_length"] for run in d["rows"][0]["runs"] if run["backend"] == backend))
     lines = ["| batch | regular | " + " | ".join(f"k={k}" for k in ks) + " |", "|" + "---|" * (2 + len(ks))]
     for r in d["rows"]:
         runs = {run["draft_length"]: run for run in r["runs"] if run["backend"] == backend}
         cells = [f"{runs[k]['tok_s']:.0f} tok/s ({runs[k]['speedup']:.2f}x), "
-                 f"accept {_rate(runs[k]['acceptance_rate'])}, "
+                 f"accept {rate_text(runs[k]['acceptance_rate'])}, "
                  f"{runs[k]['tokens_per_target_call']:.1f} tok/call, {runs[k].get('outside_forward_share', 0):.0%} "
                  f"outside forward" for k in ks]
         lines.append(f"| {r['batch']} | {r['regular_tok_s']:.0f} tok/s | " + " | ".join(cells) + " |")

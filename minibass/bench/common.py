@@ -16,6 +16,12 @@ import torch
 from minibass.costmodel import cpu_threads
 
 
+def rate_text(value) -> str:
+    """An acceptance rate for a table: two decimals, or "-" where there is none (plain decoding, or no draft
+    token proposed)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def provenance(device: str) -> dict:
     """Where and how a result was measured: device, versions, date, the command."""
     import transformers

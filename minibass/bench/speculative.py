@@ -24,7 +24,7 @@ import torch
 
 import minibass
 from minibass.draft_length import parse_draft_length
-from .common import forward_clock, provenance, pyplot, random_llama, timed, write_json
+from .common import forward_clock, provenance, pyplot, random_llama, rate_text, timed, write_json
 
 
 def load_pair(device, dtype):
@@ -104,7 +104,7 @@ def run(device, batch_sizes, draft_lengths, backends, new_tokens, temperature, o
                 })
                 r = row["runs"][-1]
                 print(f"B={batch:<2} {backend:<6} k={str(k):<7} {r['tok_s']:7.1f} tok/s  x{r['speedup']:.2f}  "
-                      f"accept {_rate(r['acceptance_rate'])}  "
+                      f"accept {rate_text(r['acceptance_rate'])}  "
                       f"accepted/step {r['mean_accepted_per_step']:.2f}  "
                       f"tok/call {r['tokens_per_target_call']:.2f}  outside forward {r['outside_forward_share']:.0%}",
                       flush=True)
@@ -182,7 +182,3 @@ def main(argv=None):
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,
         args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png",
         args.reps)
-
-
-def _rate(value) -> str:
-    return "-" if value is None else f"{value:.2f}"  # None: no draft token was proposed

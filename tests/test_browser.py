@@ -5,6 +5,8 @@
    and its check prints Passed; a screenshot is saved.
 2. The documentation site (``mkdocs build --strict``): the home page, a course page with its plot,
    the API page of ``speculative_generate`` render, and the search box finds ``rejection_sample``.
+   Before that, every link between the site's pages, the sidebars' included, must lead to a page
+   and a heading that exist (read from the built HTML).
 
 The browser is the system's Chromium (Debian: ``apt-get install chromium``), never a download.
 Screenshots go to ``build/screenshots/``. Skipped, with what to install, where a part is missing.
@@ -23,7 +25,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -184,6 +188,7 @@ def test_the_docs_site_renders_and_searches():
     need("material", "docs")
     with browser_page() as page:
         site = built_site()
+        assert not broken_links(site), "\n".join(broken_links(site))
         SHOTS.mkdir(parents=True, exist_ok=True)
         with serve(site) as url:
             page.goto(f"{url}/")
@@ -211,3 +216,46 @@ def test_the_docs_site_renders_and_searches():
             page.wait_for_selector(".md-search-result__item", timeout=30_000)
             results = " ".join(page.locator(".md-search-result__item").all_inner_texts())
             assert "rejection_sample" in results
+
+
+class _Links(HTMLParser):
+    """The ids and the local hrefs of one built page."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.hrefs = set(), set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        href = attrs.get("href") if tag == "a" else None
+        if href and not urllib.parse.urlsplit(href).scheme and not href.startswith(("//", "mailto:")):
+            self.hrefs.add(href)
+
+
+
+def broken_links(site: Path) -> list[str]:
+    """Each link of the built site (sidebars included) that leads to no page, or to no heading of its page."""
+    site = site.resolve()
+    pages = {}
+    for html in site.rglob("*.html"):
+        parser = _Links()
+        parser.feed(html.read_text(encoding="utf-8"))
+        pages[html.resolve()] = parser
+    broken = []
+    for html, parser in pages.items():
+        for href in sorted(parser.hrefs):
+            parts = urllib.parse.urlsplit(href)
+            path = urllib.parse.unquote(parts.path)
+            # the 404 page links from the site's root (it is served at any address)
+            target = (site / path.lstrip("/") if path.startswith("/") else html.parent / path).resolve() if path else html
+            if target.is_dir():
+                target = target / "index.html"
+            where = f"{html.relative_to(site)}: {href}"
+            if not target.exists():
+                broken.append(f"{where} (no such file)")
+            elif parts.fragment and target in pages and urllib.parse.unquote(parts.fragment) not in pages[target].ids:
+                broken.append(f"{where} (no such heading)")
+    assert len(pages) > 20, f"only {len(pages)} pages built"
+    return broken

@@ -13,7 +13,7 @@ import torch
 
 import minibass
 from minibass import attention
-from minibass.attention import BACKENDS, FORWARDS, default_backend, resolve_backend
+from minibass.attention import BACKENDS, FORWARDS, default_backend, resolve_backend, triton_available
 from minibass.model import Decoder, ModelConfig
 
 CONFIG = ModelConfig(vocab_size=17, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
@@ -121,6 +121,7 @@ def test_default_is_never_the_interpreted_kernel_on_a_cpu(monkeypatch):
     assert minibass.speculative_generate(model, model, prompts, 5, sampling=greedy).tokens == default
 
 
+@pytest.mark.skipif(not triton_available(), reason="the 'ragged' backend needs Triton, which installs on Linux only")
 def test_kernel_offsets_are_64_bit():
     """A cache whose per-sequence stride fits in int32 while b * stride does not (2**30 elements per
     sequence, sequence 2 at element 2**31). int32 offsets would wrap and read far outside the

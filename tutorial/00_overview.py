@@ -78,7 +78,7 @@ plt.show()
 # single run can fall on a stall of the machine); a different machine (or batch size) moves them,
 # which is the subject of the last chapters.
 #
-# ## The map of `minibass/`
+# ## The map of the package
 #
 # Every chapter points at the file it explains. Here is the package, read from its own docstrings:
 

@@ -73,25 +73,33 @@ print("max |acc / l - softmax(s) v| =", float((acc / l_i[:, None] - torch.softma
 # ## The kernel itself, in Triton's interpreter
 #
 # On a CPU, minibass runs the very same kernel through Triton's interpreter (correct, slow). A
-# ragged batch with an idle sequence, a prefill and NaN in the stale slots:
+# ragged batch with an idle sequence, a prefill and NaN in the stale slots. Triton installs on Linux
+# only: on macOS or Windows this cell says so and skips the launch (run the course under WSL, in a
+# Linux container or in a hosted notebook to see it); the rest of the chapter needs no Triton.
 
 # %%
+from minibass.attention import triton_available
+
 q_lens, kv_lens = torch.tensor([2, 0, 5, 1]), torch.tensor([40, 9, 5, 77])
 k_cache = torch.randn(4, Hk, 96, 32, generator=g)
 v_cache = torch.randn(4, Hk, 96, 32, generator=g)
 for b, n in enumerate(kv_lens.tolist()):
     k_cache[b, :, n:], v_cache[b, :, n:] = float("nan"), float("nan")
 queries = torch.randn(int(q_lens.sum()), H, 32, generator=g)
-out = BACKENDS["ragged"](queries, k_cache.clone(), v_cache.clone(), q_lens, kv_lens)
-spec = BACKENDS["naive"](queries.double(), k_cache.double(), v_cache.double(), q_lens, kv_lens)
-errors = (out.double() - spec).abs().amax(dim=(1, 2))
-print("max error per packed query:", errors.numpy().round(8), " finite:", bool(torch.isfinite(out).all()))
-fig, ax = plt.subplots(figsize=(5.5, 2.8))
-ax.bar(range(len(errors)), errors.numpy())
-ax.set_xlabel("packed query (sequences 0, 2, 3; sequence 1 idle)")
-ax.set_ylabel("max |ragged − spec| (fp32)")
-fig.tight_layout()
-plt.show()
+if not triton_available():
+    print("Triton is not installed here (it installs on Linux only): the 'ragged' backend cannot run; "
+          "the 'naive', 'padded' and 'split' backends, and the rest of this chapter, need no Triton.")
+else:
+    out = BACKENDS["ragged"](queries, k_cache.clone(), v_cache.clone(), q_lens, kv_lens)
+    spec = BACKENDS["naive"](queries.double(), k_cache.double(), v_cache.double(), q_lens, kv_lens)
+    errors = (out.double() - spec).abs().amax(dim=(1, 2))
+    print("max error per packed query:", errors.numpy().round(8), " finite:", bool(torch.isfinite(out).all()))
+    fig, ax = plt.subplots(figsize=(5.5, 2.8))
+    ax.bar(range(len(errors)), errors.numpy())
+    ax.set_xlabel("packed query (sequences 0, 2, 3; sequence 1 idle)")
+    ax.set_ylabel("max |ragged − spec| (fp32)")
+    fig.tight_layout()
+    plt.show()
 
 # %% [markdown]
 # What to see: every query's error is at float32 rounding (around 1e-7) and nothing is NaN, though

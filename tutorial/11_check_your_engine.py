@@ -31,6 +31,43 @@ verdict = oracle.check_sampler(adapters.transformers_sampler, rows=size(5_000, 5
 print(verdict)
 
 # %% [markdown]
+# How close did each test come to failing? A row fails where its statistic passes its threshold,
+# which a correct sampler passes with probability alpha / 24 (the note's last line). Beside
+# transformers, one of the oracle's planted bugs at the same size: `known_bugs.bonus_off_by_one`
+# draws the bonus token (after every draft was accepted) from p_k instead of p_{k+1}:
+
+# %%
+import matplotlib.pyplot as plt
+
+from minibass.oracle import known_bugs
+
+buggy = oracle.check_sampler(known_bugs.bonus_off_by_one, rows=size(5_000, 50_000))
+print(f"{buggy.subject}: {'PASS' if buggy.ok else 'FAIL'}, {len(buggy.failures())} of {len(buggy.checks)} rows failed")
+tests = [c.name for c in verdict.checks if c.threshold > 0]  # the G-tests (the other rows count impossible events)
+fig, ax = plt.subplots(figsize=(7, 6))
+y = np.arange(len(tests))
+for offset, (label, v) in enumerate([("transformers", verdict), ("bonus_off_by_one (planted)", buggy)]):
+    rows = {c.name: c for c in v.checks}
+    ratios = [max(rows[n].statistic / rows[n].threshold, 1e-3) for n in tests]  # 1e-3: a statistic of 0 on a log axis
+    ax.barh(y + 0.4 * offset - 0.2, ratios, height=0.4, label=label)
+ax.axvline(1, color="black", lw=1)
+ax.set_xscale("log")
+ax.set_yticks(y, tests, fontsize=7)
+ax.invert_yaxis()
+ax.set_xlabel("statistic / threshold (log scale; a row fails beyond 1)")
+fig.legend(loc="lower center", ncol=2)
+fig.tight_layout(rect=(0, 0.06, 1, 1))
+plt.show()
+
+# %% [markdown]
+# The planted bug is far past the threshold on the joint rows and on the bonus token's marginal
+# (under `zero_mass_q` the marginal needs more rows: inside the threshold at the tests' 5,000,
+# six times past it at a learner's 50,000). In the one-hot setup it is invisible: the target's
+# greedy tokens at positions 3 and 4 are the same, so the wrong row gives the right token. It stays
+# inside the threshold on the other rows, the emitted length included: the bug changes which token
+# comes last, not how many. One more failing row, not drawn, counts impossible events: under top-k
+# the wrong row can give a token that p_{k+1} has cut. Which rows fail says where to look.
+#
 # transformers' rejection step passes every distribution check at this size (the docs page reports
 # 200,000 rows per setup). The oracle also probes the *edges* of the acceptance rule with given
 # uniforms — `u = 0` when `p(x) = 0`, and the exact tie `u · q(x) = p(x)` — where the rule must be

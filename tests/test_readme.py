@@ -1,0 +1,73 @@
+"""The README's map of the code, "in reading order": it names every module, and each one imports
+only from modules named above it (or in the same item)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "minibass"
+
+
+def reading_order() -> list[set[Path]]:
+    """The README's numbered items, each as the set of files and folders it names."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## The code, in reading order", 1)[1].split("\n## ", 1)[0]
+    items = []
+    for line in re.findall(r"^\d+\. (.*)$", section, flags=re.M):
+        named, folder = set(), None
+        for name in re.findall(r"`([^`]+)`", line):
+            path = ROOT / name
+            if name.startswith(("minibass/", "tutorial/")) and path.exists():
+                named.add(path.resolve())
+                folder = path if path.is_dir() else folder
+            elif name.endswith(".py") and folder is not None and (folder / name).exists():
+                named.add((folder / name).resolve())
+        items.append(named)
+    return items
+
+
+def item_of(module: Path, items: list[set[Path]]) -> int | None:
+    """The first item that names the module or a folder holding it."""
+    for i, named in enumerate(items):
+        if any(module == path or path in module.parents for path in named):
+            return i
+    return None
+
+
+def relative_imports(module: Path) -> set[Path]:
+    """The files of the package that ``module`` imports with ``from .x import`` (at any level) or
+    ``from minibass.x import``."""
+    found = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("minibass.")):
+            base = module.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            if not node.level:  # from minibass.x import ...
+                base = ROOT
+            parts = node.module.split(".") if node.module else []
+            target = base.joinpath(*parts)
+            candidates = [target.with_suffix(".py"), target / "__init__.py"] if parts else \
+                [base / f"{alias.name}.py" for alias in node.names] + [base / alias.name / "__init__.py" for alias in node.names]
+            found |= {c.resolve() for c in candidates if c.exists()}
+    return found
+
+
+def test_the_readme_names_every_module_in_an_order_where_each_builds_on_those_above():
+    items = reading_order()
+    assert len(items) >= 10, items
+    modules = [m.resolve() for m in sorted(PACKAGE.rglob("*.py")) if m.name not in ("__init__.py", "__main__.py")
+               and "__pycache__" not in m.parts]
+    missing = [str(m.relative_to(ROOT)) for m in modules if item_of(m, items) is None]
+    assert not missing, f"the README's reading order leaves out {missing}"
+    late = []
+    for module in modules:
+        for used in relative_imports(module):
+            if used.name == "__init__.py" or item_of(used, items) is None:
+                continue
+            if item_of(used, items) > item_of(module, items):
+                late.append(f"{module.relative_to(ROOT)} imports {used.relative_to(ROOT)}, named below it")
+    assert not late, "\n".join(late)

@@ -367,15 +367,22 @@ def generate(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error in one line on stderr (exit 2), as the commands' own usage errors are, not the usage block."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from minibass.attention import BACKENDS
 
     backends = sorted(BACKENDS)
     from minibass import __version__
 
-    parser = argparse.ArgumentParser(prog="python -m minibass", description="minibass: batched speculative decoding")
+    parser = _Parser(prog="python -m minibass", description="minibass: batched speculative decoding")
     parser.add_argument("--version", action="version", version=f"minibass {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(p, *, default_tokens):
         p.add_argument("--target", help="target checkpoint folder (default: the shipped demo pair)")

@@ -539,6 +539,12 @@ def test_every_known_attention_bug_fails_with_its_smallest_case(bug):
     assert "q_lens=" in verdict.failures()[0].detail and "at sequence" in verdict.failures()[0].detail
 
 
+def _spec_rows(verdict):
+    """An attention verdict's rows against the float64 specification, one per dtype (each dtype also has a row
+    'finite on large scores')."""
+    return [c for c in verdict.checks if c.name.endswith("vs float64 spec")]
+
+
 def _eager(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     """Attention as transformers' eager code computes it in fp16 or bf16: scores rounded to the dtype, the
     softmax in fp32, its weights rounded to the dtype again before they multiply V."""
@@ -565,7 +571,7 @@ def test_the_half_precision_tolerances_pass_rounding_on_the_way():
     eager = oracle.check_attention(_eager, dtypes=half, seed=7)
     exact = oracle.check_attention(BACKENDS["padded"], dtypes=half, seed=7)  # the same cases
     assert eager.ok and exact.ok
-    for dtype, eager_row, exact_row in zip(half, eager.checks, exact.checks):
+    for dtype, eager_row, exact_row in zip(half, _spec_rows(eager), _spec_rows(exact)):
         assert 1.5 * exact_row.statistic < eager_row.statistic < oracle.ATOL[dtype] / 1.5
 
 
@@ -614,8 +620,10 @@ def _drops_first_key_of_long_caches(q, k_cache, v_cache, q_lens, kv_lens, *, sca
 def test_bf16_hides_a_small_bug_that_fp16_and_fp32_catch_and_says_so():
     verdict = oracle.check_attention(_drops_first_key_of_long_caches, dtypes=(torch.float32, torch.bfloat16,
                                                                                torch.float16), cases=40)
-    assert [c.passed for c in verdict.checks] == [False, True, False]  # the limit docs/oracle.md states
-    assert 0.03 < verdict.checks[1].statistic < oracle.ATOL[torch.bfloat16]
+    rows = _spec_rows(verdict)
+    assert [c.passed for c in rows] == [False, True, False]  # the limit docs/oracle.md states
+    assert 0.03 < rows[1].statistic < oracle.ATOL[torch.bfloat16]
+    assert all(c.passed for c in verdict.checks if c not in rows)  # finite on large scores
     assert any(note.startswith("bfloat16 cannot see small bugs") for note in verdict.notes)
 
 
@@ -716,6 +724,85 @@ def test_a_bad_device_is_a_usage_error():
     with pytest.raises(ValueError, match="device 'nonsense'"):
         oracle.check_attention(BACKENDS["naive"], device="nonsense")
 
+
+
+def _numpy_out(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    return BACKENDS["naive"](q, k_cache, v_cache, q_lens, kv_lens, scale=scale).numpy()
+
+
+def _meta_out(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    return torch.empty_like(q, device="meta")
+
+
+def _no_scale_keyword(q, k_cache, v_cache, q_lens, kv_lens):
+    return BACKENDS["naive"](q, k_cache, v_cache, q_lens, kv_lens)
+
+
+@pytest.mark.parametrize("kernel,says", [
+    (_numpy_out, "returned a ndarray, expected a torch tensor of shape (1, 4, 16)"),
+    (_meta_out, "returned a tensor on device meta, expected cpu (the inputs' device)"),
+    (_no_scale_keyword, "unexpected keyword argument 'scale' (by the call itself: its signature?)"),
+])
+def test_a_kernel_returning_no_tensor_of_its_own_device_or_refusing_scale_gets_a_verdict_that_says_so(kernel, says):
+    verdict = oracle.check_attention(kernel, cases=1)
+    print(verdict)
+    assert not verdict.ok and says in verdict.failures()[0].detail
+
+
+
+def _exp_without_the_maximum(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    """Softmax as exp(s) / sum(exp(s)) in the inputs' dtype, no maximum subtracted: right on the small scores of
+    the ragged cases, inf / inf = NaN once exp overflows (past 11.09 in float16, 88.7 in float32)."""
+    out, start = torch.empty_like(q), 0
+    group = q.shape[1] // k_cache.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    for b, (n, m) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        keys, values = (c[b, :, :m].repeat_interleave(group, 0).float() for c in (k_cache, v_cache))  # (H, m, D)
+        scores = torch.einsum("nhd,hmd->hnm", q[start:start + n].float(), keys) * scale
+        hidden = torch.arange(m) > torch.arange(m - n, m)[:, None]  # (n, m): keys after each query
+        weights = torch.exp(scores.to(q.dtype)).float().masked_fill(hidden, 0)
+        out[start:start + n] = torch.einsum("hnm,hmd->nhd", weights / weights.sum(-1, keepdim=True), values).to(q.dtype)
+        start += n
+    return out
+
+
+def test_a_kernel_whose_exp_overflows_on_large_scores_fails_only_there():
+    verdict = oracle.check_attention(_exp_without_the_maximum, cases=1, dtypes=(torch.float32, torch.float16))
+    print(verdict)
+    rows = {c.name: c for c in verdict.checks}
+    assert rows["float32 vs float64 spec"].passed and rows["float16 vs float64 spec"].passed  # small scores: right
+    for dtype in ("float32", "float16"):
+        row = rows[f"{dtype} finite on large scores"]
+        assert not row.passed and row.statistic == 3 and "running maximum subtracted before exp?" in row.detail
+
+def test_counts_that_are_not_ints_are_usage_errors():
+    with pytest.raises(ValueError, match="cases must be an int"):
+        oracle.check_attention(BACKENDS["naive"], cases=40.5)
+    with pytest.raises(ValueError, match="rows must be an int"):
+        oracle.check_sampler(known_bugs.textbook, rows=2e4)
+    with pytest.raises(ValueError, match="need ints"):  # not a failing verdict of the engine: the oracle's own argument
+        oracle.check_generator(adapters.minibass_generator, samples=2e3)
+    with pytest.raises(ValueError, match="holds no values"):
+        oracle.check_attention(BACKENDS["naive"], device="meta")
+
+
+def test_a_sampler_returning_counts_that_are_not_integers_fails():
+    """num_accepted as float n + 0.7: cut to an integer it would pass every row."""
+    def float_counts(draft_tokens, draft_probs, target_probs, *, generator=None):
+        n, y = minibass.rejection_sample(draft_tokens, draft_probs, target_probs, generator=generator)
+        return n.double() + 0.7, y
+
+    verdict = oracle.check_sampler(float_counts, rows=2_000)
+    assert not verdict.ok and "num_accepted of dtype float64" in verdict.failures()[0].detail
+
+
+def test_a_generator_returning_more_continuations_than_asked_fails():
+    def doubled(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        return 2 * adapters.minibass_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed)
+
+    verdict = oracle.check_generator(doubled, samples=200)
+    print(verdict)
+    assert not verdict.ok and "returned 400 continuations, more than the 200 asked" in verdict.failures()[0].detail
 
 # --- verdicts and the command line ---------------------------------------------------------------------------
 
@@ -867,13 +954,15 @@ def test_cli_exit_status_and_json(tmp_path):
     (["sampler", "minibass", "--head-dims", "64"], "--head-dims applies to the attention check only"),
     (["attention", "minibass", "--uniforms-dtype", "float32"], "--uniforms-dtype applies to the sampler check only"),
     (["sampler", "minibass.rejection:rejection_sample", "--uniforms-dtype", "float32"], "needs --uniforms"),
+    (["attention", "minibass", "--cases", "abc"], "argument --cases: invalid int value: 'abc'"),
 ])
 def test_cli_usage_errors_exit_2(args, says, capsys):
     from minibass.__main__ import main
 
     with pytest.raises(SystemExit) as exit_status:
         main(["oracle", *args])
-    assert exit_status.value.code == 2 and says in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_cli_a_module_raising_on_import_is_a_usage_error_with_its_line(tmp_path, monkeypatch, capsys):
@@ -986,3 +1075,14 @@ def test_the_transformers_adapter_drops_only_assisted_generations_warning_agains
         logger.removeHandler(handler)
     assert seen == ["something else", "Passing `generation_config` together with generation-related "
                                       "arguments=({'y'}) is ..."]
+
+
+def test_cli_edge_uniforms_of_another_function_say_whose_they_are(capsys):
+    """--uniforms names a function other than the one under test: its rows say so, so that its failure is not
+    read as the sampler's."""
+    from minibass.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "sampler", "minibass.rejection:rejection_sample", "--rows", "500", "--uniforms", "transformers"])
+    out = capsys.readouterr().out
+    assert exit_status.value.code == 1 and "failing case [edge uniforms (transformers)]: u = 0, p(x) = 0" in out

@@ -13,6 +13,8 @@ rest. The reference is ``naive`` run in float64 on the same inputs; the toleranc
 in ``ATOL`` (wide enough for bf16 and fp16 rounding on the way, as eager attention does it). q, the
 lengths and the caches' valid slots must come back unchanged; the stale slots are the function's
 to use (minibass's own PAD zeroes them, so that a NaN there cannot reach the output as 0 * NaN).
+Three more cases, on large scores (``large_score_cases``), must give a finite output: there no
+error is measured, as a correct kernel's half-precision error grows with the scores.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..attention import naive
+from ..sampling import is_int
 from .verdict import Verdict, raised
 
 # Max abs error allowed against the float64 reference, per input dtype (bf16 keeps 8 bits of mantissa,
@@ -94,6 +97,11 @@ GRID = [  # (label, q_lens, kv_lens, scale)
 # Beyond the grid's heads: a Llama-style 32 query heads over 8 kv heads (one case, added to the grid).
 MANY_HEADS = ("32 query heads over 8 kv heads", (1, 3, 0, 5), (70, 9, 4, 130), 32, 8, 128)
 HEADS = [(4, 4), (4, 2), (4, 1), (6, 3)]  # MHA, GQA, MQA, odd group count
+# Large scores: the grid's verify shape at an explicit scale of 40 / sqrt(D), so that the scores have a standard
+# deviation of about 40 and reach about ±100, past where exp overflows float32 (88.7), let alone float16 (11.09).
+# A correct kernel subtracts each row's (running) maximum before exp and stays finite; only finiteness is checked
+# there, as a correct kernel's half-precision error grows with the scores (see ``check_attention``).
+LARGE_SCORES = ((5, 3, 1, 5), (20, 41, 7, 5), 40.0)
 HEAD_DIMS = [16, 64, 59, 128]
 
 
@@ -132,6 +140,53 @@ def _cases(n: int, seed: int) -> list[AttentionCase]:
     return cases
 
 
+def large_score_cases(seed: int = 0, head_dims=None) -> list[AttentionCase]:
+    """MHA, GQA and MQA at head dims 64, 59 and 16 (or the supported ones nearest) on scores of about ±100."""
+    q_lens, kv_lens, spread = LARGE_SCORES
+    cases = []
+    for j, (h, hk) in enumerate(HEADS[:3]):
+        d = (64, 59, 16)[j]
+        if head_dims is not None:
+            d = min(head_dims, key=lambda x: (abs(x - d), -x))
+        cases.append(AttentionCase(q_lens, kv_lens, h, hk, d, seed + 7000 + j, "large scores", spread / d ** 0.5))
+    return cases
+
+
+def _finite_on_large_scores(fn, cases: list[AttentionCase], dtype, device) -> tuple[int, str]:
+    """How many cases gave a non-finite output (or no output), and the first in words; stale slots are zero here."""
+    bad, first = 0, ""
+    for case in cases:
+        q, k, v, q_lens, kv_lens = case.tensors(dtype, device, poison=False)
+        try:
+            out = _call(fn, case, (q, k, v, q_lens, kv_lens))
+        except Exception as e:
+            bad, first = bad + 1, first or f"{case}; {raised(e)}"
+            continue
+        if not torch.is_tensor(out) or out.shape != q.shape or out.device != q.device:
+            bad, first = bad + 1, first or f"{case}; no output of q's shape and device (see the row above)"
+        elif not torch.isfinite(out).all():
+            row, head, _ = torch.nonzero(~torch.isfinite(out.detach().cpu()))[0].tolist()
+            scores = _largest_score(case)
+            bad, first = bad + 1, first or (
+                f"{case}; non-finite output at {_where(row, head, q_lens, kv_lens)}, on scores up to "
+                f"{scores:.0f} (exp overflows past 88.7 in float32, 11.09 in float16): is each row's running "
+                f"maximum subtracted before exp?")
+    return bad, first
+
+
+def _largest_score(case: AttentionCase) -> float:
+    """The largest |score| a case's queries reach on the keys they may see (float64)."""
+    q, k, _, q_lens, kv_lens = case.tensors(torch.float64, poison=False)
+    group, largest, start = case.n_heads // case.n_kv_heads, 0.0, 0
+    for b, (n, m) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        if n:
+            keys = k[b, :, :m].repeat_interleave(group, 0)  # (H, m, D)
+            scores = torch.einsum("nhd,hmd->nhm", q[start:start + n], keys) * case.scale
+            largest = max(largest, float(scores.abs().max()))
+        start += n
+    return largest
+
+
 def reference(q, k, v, q_lens, kv_lens, scale: float | None = None) -> torch.Tensor:
     """The specification in float64 on the CPU."""
     return naive(*(t.detach().cpu().double() for t in (q, k, v)), q_lens.cpu(), kv_lens.cpu(), scale=scale)
@@ -149,10 +204,14 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
     changed = _changed(inputs, given)
     if changed:
         return float("inf"), f"modified {', '.join(changed)} in place: inputs belong to the caller"
-    if not torch.is_tensor(out) or tuple(out.shape) != tuple(q.shape):
-        return float("inf"), f"returned shape {getattr(out, 'shape', type(out))}, expected {tuple(q.shape)}"
+    if not torch.is_tensor(out):
+        return float("inf"), f"returned a {type(out).__name__}, expected a torch tensor of shape {tuple(q.shape)}"
+    if tuple(out.shape) != tuple(q.shape):
+        return float("inf"), f"returned shape {tuple(out.shape)}, expected {tuple(q.shape)}"
     if out.dtype != q.dtype:
         return float("inf"), f"returned dtype {out.dtype}, expected {q.dtype}"
+    if out.device != q.device:
+        return float("inf"), f"returned a tensor on device {out.device}, expected {q.device} (the inputs' device)"
     out = out.detach().cpu().double()
     if not torch.isfinite(out).all():
         row, head, _ = torch.nonzero(~torch.isfinite(out))[0].tolist()
@@ -214,15 +273,17 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype (at least the
     34 of the grid).
 
-    One verdict row per dtype: the worst error over all cases against ``ATOL[dtype]``; a failing
-    row names the smallest failing case (least work) with the position of its largest error, the case
-    with the worst error when it is another one, and how many cases failed. ``dtypes``: one dtype or
+    Two verdict rows per dtype. The first: the worst error over all cases against ``ATOL[dtype]``; a
+    failing row names the smallest failing case (least work) with the position of its largest error, the
+    case with the worst error when it is another one, and how many cases failed. The second: how many of
+    the three ``large_score_cases`` (scores up to about ±160) gave a non-finite output, which must be none:
+    an exp that overflows without the row's maximum subtracted shows there. ``dtypes``: one dtype or
     several. ``head_dims``: for a kernel that supports only some head dims (FlashAttention-2 multiples
     of 8, others 64, 128 and 256), an int or a list of them; every case then runs at the supported
     head dim nearest its own. By default the cases use head dims 16, 59, 64 and 128.
     """
-    if cases < 1:
-        raise ValueError(f"cases must be >= 1, got {cases}")
+    if not is_int(cases) or cases < 1:
+        raise ValueError(f"cases must be an int >= 1, got {cases!r}")
     if head_dims is not None:
         given = head_dims
         head_dims = tuple(head_dims) if isinstance(head_dims, (list, tuple, set, frozenset, range)) else (head_dims,)
@@ -237,12 +298,16 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     if unknown or not dtypes:
         raise ValueError(f"dtypes must be one or more of {', '.join(map(str, ATOL))}, got {unknown or 'none'}")
     try:
-        torch.empty(0, device=device)
+        holds_data = torch.empty(0, device=device).device.type != "meta"  # meta tensors have shapes, not values
     except Exception as e:  # a malformed name ("cdua"), or a device this machine lacks
         raise ValueError(f"device {device!r} cannot hold tensors here: {e}") from None
+    if not holds_data:
+        raise ValueError(f"device {device!r} holds no values (meta tensors have only shapes): nothing to compare")
     started = time.perf_counter()
     verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
     all_cases = sorted(attention_cases(cases, seed, head_dims), key=lambda c: c.size)
+    large = large_score_cases(seed, head_dims)
+    largest = max(map(_largest_score, large))
     for dtype in dtypes:
         worst, worst_case, failing, n_failed = 0.0, "", "", 0
         raised_at: dict[int, list[bool]] = {}  # head dim -> whether each case there raised
@@ -267,6 +332,10 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
         verdict.add(f"{str(dtype).replace('torch.', '')} vs float64 spec",
                     f"max abs error over {len(all_cases)} ragged cases, stale slots NaN/inf", worst, ATOL[dtype],
                     detail=detail)
+        bad, first = _finite_on_large_scores(fn, large, dtype, device)
+        verdict.add(f"{str(dtype).replace('torch.', '')} finite on large scores",
+                    f"cases with a non-finite output, of {len(large)}, scores up to {largest:.0f}", bad, 0,
+                    detail=f"{first} ({bad} of {len(large)} cases)" if bad else "")
     verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
     largest = [max(len(c.q_lens) for c in all_cases), max(max(c.kv_lens) for c in all_cases),
                max(max(c.q_lens) for c in all_cases), max(c.n_heads for c in all_cases),

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -176,6 +177,8 @@ def _check(args, fn, uniforms):
         if uniforms is not None:
             probe = oracle.check_given_uniforms(uniforms, name=args.uniforms or label,
                                                 dtype=DTYPES[args.uniforms_dtype or "float64"])
+            if args.uniforms is not None:  # another function than the one under test: its rows say whose they are
+                probe.checks = [replace(c, name=f"{c.name} ({args.uniforms})") for c in probe.checks]
             verdict.checks += probe.checks
             verdict.seconds += probe.seconds
     else:

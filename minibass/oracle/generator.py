@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..sampling import SamplingParams, probs
+from ..sampling import SamplingParams, is_int, probs
 from . import stats
 from .verdict import Verdict, raised
 
@@ -143,8 +143,8 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
     from ..loading import load_model
 
     longest = MAX_POSITIONS - len(PROMPT)
-    if not 1 <= n_tokens <= longest or samples < 10:
-        raise ValueError(f"need 1 <= n_tokens <= {longest} and samples >= 10, got {n_tokens} and {samples}")
+    if not is_int(n_tokens) or not is_int(samples) or not 1 <= n_tokens <= longest or samples < 10:
+        raise ValueError(f"need ints 1 <= n_tokens <= {longest} and samples >= 10, got {n_tokens!r} and {samples!r}")
     if not isinstance(sampling, SamplingParams):
         raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
@@ -324,6 +324,8 @@ def _token_lists(outputs, samples: int, n_tokens: int) -> tuple[list[list[int]],
         outputs = outputs.tolist()
     if not isinstance(outputs, (list, tuple)):
         return [], f"returned {type(outputs).__name__}; {expected}"
+    if len(outputs) > samples:  # (fewer fail the "continuations returned" row, which counts them)
+        return [], f"returned {len(outputs)} continuations, more than the {samples} asked; {expected}"
     rows = []
     for i, row in enumerate(outputs):
         if torch.is_tensor(row) or isinstance(row, np.ndarray):

@@ -37,7 +37,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from ..sampling import SamplingParams, probs, sample_from
+from ..sampling import SamplingParams, is_int, probs, sample_from
 from . import stats
 from .verdict import Verdict, raised
 
@@ -141,9 +141,14 @@ def _call(fn, tokens, draft_probs, target_probs, generator):
         return None, None, problem(error)
     try:
         n, y = result
-        n, y = torch.as_tensor(n).reshape(-1).cpu().long(), torch.as_tensor(y).reshape(-1).cpu().long()
+        n, y = torch.as_tensor(n).reshape(-1).cpu(), torch.as_tensor(y).reshape(-1).cpu()
     except (TypeError, RuntimeError, ValueError):
         return None, None, problem(f"returned {type(result).__name__}; expected (num_accepted [B], next_tokens [B])")
+    if n.dtype == torch.bool or y.dtype == torch.bool or n.is_floating_point() or y.is_floating_point() \
+            or n.is_complex() or y.is_complex():  # a count or a token id cut to an integer would hide what was returned
+        return None, None, problem(f"returned num_accepted of dtype {str(n.dtype)[6:]} and next_tokens of dtype "
+                                   f"{str(y.dtype)[6:]}; expected integer tensors (torch.long)")
+    n, y = n.long(), y.long()
     if n.shape != (len(tokens),) or y.shape != (len(tokens),):
         return None, None, problem(f"returned shapes {tuple(n.shape)}, {tuple(y.shape)}, expected ({len(tokens)},) each")
     if ((n < 0) | (n > tokens.shape[1])).any() or ((y < 0) | (y >= draft_probs.shape[-1])).any():
@@ -184,8 +189,8 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
 
     Returns a ``Verdict``; ``ok`` only if every invariant holds and no test rejects at alpha / m.
     """
-    if rows < 100:
-        raise ValueError(f"rows must be >= 100, got {rows}")
+    if not is_int(rows) or rows < 100:
+        raise ValueError(f"rows must be an int >= 100, got {rows!r}")
     stats.check_alpha(alpha)
     started = time.perf_counter()
     verdict = Verdict(f"sampler {name or getattr(fn, '__qualname__', repr(fn))}")

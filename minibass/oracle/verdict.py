@@ -97,10 +97,13 @@ def raised(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)[1:]
     own = [f for f in frames if not _is_library(f.filename)]
     where = (own or frames)[-1] if frames else None
+    if not own and where is not None and Path(where.filename).resolve().is_relative_to(_ORACLE):
+        where = None  # raised where the oracle calls it (a helper such as ``_call``): by the call itself
     at = f" (at {where.filename}:{where.lineno} in {where.name})" if where else " (by the call itself: its signature?)"
     return f"raised {type(error).__name__}: {error}{at}"
 
 
+_ORACLE = Path(__file__).resolve().parent
 # minibass itself, the standard library and installed packages: frames there are not the caller's code.
 _LIBRARIES = {Path(__file__).resolve().parents[1]} | {
     Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}

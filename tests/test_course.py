@@ -360,6 +360,12 @@ def test_chapter_06_check_fails_a_softmax_without_its_maximum_and_says_so():
     assert not report.passed and "exp overflowed? Subtract each row's maximum" in str(report), str(report)
     assert [r["check"] for r in report.rows] == ["float32 finite on large scores"]  # right on the small scores
 
+    def without_scale(q, k_cache, v_cache, q_lens, kv_lens):  # fails both rows by raising: no overflow hint
+        return padded_without_max(q, k_cache, v_cache, q_lens, kv_lens)
+
+    report = checks.check_padded_attention(without_scale, cases=21, quiet=True)
+    assert not report.passed and "exp overflowed" not in str(report), str(report)
+
 def test_chapter_08_check_wants_every_phase_timed():
     from minibass.speculative import step
 

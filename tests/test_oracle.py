@@ -775,6 +775,15 @@ def test_a_kernel_whose_exp_overflows_on_large_scores_fails_only_there():
         row = rows[f"{dtype} finite on large scores"]
         assert not row.passed and row.statistic == 3 and "running maximum subtracted before exp?" in row.detail
 
+
+def test_an_error_inside_an_adapter_names_the_adapters_line(monkeypatch):
+    """Only a call that fails at once (its signature) is 'by the call itself'; an error deeper in minibass's own
+    adapter code names that code's line."""
+    monkeypatch.setattr(adapters, "_transformers_step", lambda: (lambda *args: (torch.zeros(1, 1),)))
+    verdict = oracle.check_sampler(adapters.transformers_sampler, rows=200)
+    detail = verdict.failures()[0].detail
+    assert "not enough values to unpack" in detail and "adapters.py:" in detail and "by the call itself" not in detail
+
 def test_counts_that_are_not_ints_are_usage_errors():
     with pytest.raises(ValueError, match="cases must be an int"):
         oracle.check_attention(BACKENDS["naive"], cases=40.5)
@@ -794,6 +803,15 @@ def test_a_sampler_returning_counts_that_are_not_integers_fails():
 
     verdict = oracle.check_sampler(float_counts, rows=2_000)
     assert not verdict.ok and "num_accepted of dtype float64" in verdict.failures()[0].detail
+
+
+def test_a_generator_returning_a_flat_list_is_told_so_before_it_is_counted():
+    def flat(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        return [t for row in adapters.minibass_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling,
+                                                         seed) for t in row]
+
+    verdict = oracle.check_generator(flat, samples=50)
+    assert not verdict.ok and "continuation 0 is" in verdict.failures()[0].detail
 
 
 def test_a_generator_returning_more_continuations_than_asked_fails():

@@ -17,7 +17,7 @@ def reading_order() -> list[set[Path]]:
     section = text.split("## The code, in reading order", 1)[1].split("\n## ", 1)[0]
     items = []
     for line in re.findall(r"^\d+\. (.*)$", section, flags=re.M):
-        named, folder = set(), None
+        named, folder, listed = set(), None, set()
         for name in re.findall(r"`([^`]+)`", line):
             path = ROOT / name
             if name.startswith(("minibass/", "tutorial/")) and path.exists():
@@ -25,34 +25,36 @@ def reading_order() -> list[set[Path]]:
                 folder = path if path.is_dir() else folder
             elif name.endswith(".py") and folder is not None and (folder / name).exists():
                 named.add((folder / name).resolve())
-        items.append(named)
+                listed.add(folder.resolve())
+        items.append(named - listed)  # a folder whose files the item lists stands for those files only
     return items
 
 
 def item_of(module: Path, items: list[set[Path]]) -> int | None:
-    """The first item that names the module or a folder holding it."""
+    """The first item that names the module (a file or a folder), a folder holding it, or a file in it."""
     for i, named in enumerate(items):
-        if any(module == path or path in module.parents for path in named):
+        if any(module == path or path in module.parents or module in path.parents for path in named):
             return i
     return None
 
 
 def relative_imports(module: Path) -> set[Path]:
-    """The files of the package that ``module`` imports with ``from .x import`` (at any level) or
-    ``from minibass.x import``."""
+    """The files (and folders, for packages) of minibass that ``module`` imports with ``from .x import`` (at any
+    level), ``from minibass.x import`` or ``from minibass import x``."""
     found = set()
     for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("minibass.")):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "minibass"):
             base = module.parent
             for _ in range(node.level - 1):
                 base = base.parent
-            if not node.level:  # from minibass.x import ...
+            if not node.level:  # from minibass.x import ..., from minibass import x
                 base = ROOT
-            parts = node.module.split(".") if node.module else []
-            target = base.joinpath(*parts)
-            candidates = [target.with_suffix(".py"), target / "__init__.py"] if parts else \
-                [base / f"{alias.name}.py" for alias in node.names] + [base / alias.name / "__init__.py" for alias in node.names]
-            found |= {c.resolve() for c in candidates if c.exists()}
+            target = base.joinpath(*(node.module.split(".") if node.module else []))
+            candidates = [target.with_suffix(".py"), target / "__init__.py"]  # the module, or the package, named
+            for alias in node.names:  # and the modules imported from a package: from minibass import zoo
+                candidates += [target / f"{alias.name}.py", target / alias.name / "__init__.py"]
+            # a package's __init__ stands for its folder: `from .attention import BACKENDS` uses minibass/attention/
+            found |= {(c.parent if c.name == "__init__.py" else c).resolve() for c in candidates if c.exists()}
     return found
 
 
@@ -66,7 +68,7 @@ def test_the_readme_names_every_module_in_an_order_where_each_builds_on_those_ab
     late = []
     for module in modules:
         for used in relative_imports(module):
-            if used.name == "__init__.py" or item_of(used, items) is None:
+            if used == PACKAGE or item_of(used, items) is None:  # `from minibass import x` names x, not the package
                 continue
             if item_of(used, items) > item_of(module, items):
                 late.append(f"{module.relative_to(ROOT)} imports {used.relative_to(ROOT)}, named below it")

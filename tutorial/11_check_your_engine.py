@@ -32,7 +32,7 @@ print(verdict)
 
 # %% [markdown]
 # How close did each test come to failing? A row fails where its statistic passes its threshold,
-# which a correct sampler passes with probability alpha / 24 (the note's last line). Beside
+# which a correct sampler passes only with probability alpha / 24 (the note's last line). Beside
 # transformers, one of the oracle's planted bugs at the same size: `known_bugs.bonus_off_by_one`
 # draws the bonus token (after every draft was accepted) from p_k instead of p_{k+1}:
 

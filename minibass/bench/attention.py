@@ -22,7 +22,7 @@ import statistics
 
 import torch
 
-from minibass.attention import BACKENDS, cost
+from minibass.attention import BACKENDS, cost, triton_available
 from .common import provenance, pyplot, timed, write_json
 
 CPU_SHAPE = dict(n_heads=8, n_kv_heads=8, head_dim=64, mean_kv=256, dtype=torch.float32)
@@ -80,6 +80,9 @@ def gpu_baselines(q, k, v, q_lens, kv_lens):
 def run(device, batches, new_tokens_list, spreads, reps, out, plot):
     shape = GPU_SHAPE if device.startswith("cuda") else CPU_SHAPE
     interpreted = not device.startswith("cuda")
+    backends = {name: fn for name, fn in BACKENDS.items() if name != "ragged" or triton_available()}
+    if len(backends) < len(BACKENDS):
+        print("Triton is not installed here (it installs on Linux only): the 'ragged' backend is left out")
     rows = []
     shape_info = {k: (str(v) if k == "dtype" else v) for k, v in shape.items()}
     payload = {"provenance": provenance(device), "shape": shape_info, "reps": reps, "rows": rows}
@@ -91,7 +94,7 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
                  head_dim=shape["head_dim"], bytes_per_element=shape["dtype"].itemsize)
         row = {"batch": batch, "new_tokens": new_tokens, "spread": spread, "kv_lens": kv_lens.tolist(),
                "useful_gflop": c.useful_flops / 1e9, "backends": {}}
-        contenders = {name: (lambda fn=fn: fn(*inputs)) for name, fn in BACKENDS.items()}
+        contenders = {name: (lambda fn=fn: fn(*inputs)) for name, fn in backends.items()}
         if not interpreted:
             contenders.update(gpu_baselines(*inputs))
         for name, fn in contenders.items():

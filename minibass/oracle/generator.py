@@ -324,8 +324,6 @@ def _token_lists(outputs, samples: int, n_tokens: int) -> tuple[list[list[int]],
         outputs = outputs.tolist()
     if not isinstance(outputs, (list, tuple)):
         return [], f"returned {type(outputs).__name__}; {expected}"
-    if len(outputs) > samples:  # (fewer fail the "continuations returned" row, which counts them)
-        return [], f"returned {len(outputs)} continuations, more than the {samples} asked; {expected}"
     rows = []
     for i, row in enumerate(outputs):
         if torch.is_tensor(row) or isinstance(row, np.ndarray):
@@ -338,4 +336,6 @@ def _token_lists(outputs, samples: int, n_tokens: int) -> tuple[list[list[int]],
             if not 0 <= t < VOCAB:
                 return [], f"continuation {i} holds token id {t}, outside the vocabulary [0, {VOCAB})"
         rows.append([int(t) for t in row[:n_tokens]])
+    if len(rows) > samples:  # (fewer fail the "continuations returned" row, which counts them)
+        return [], f"returned {len(rows)} continuations, more than the {samples} asked; {expected}"
     return rows, ""

@@ -97,8 +97,8 @@ def raised(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)[1:]
     own = [f for f in frames if not _is_library(f.filename)]
     where = (own or frames)[-1] if frames else None
-    if not own and where is not None and Path(where.filename).resolve().is_relative_to(_ORACLE):
-        where = None  # raised where the oracle calls it (a helper such as ``_call``): by the call itself
+    if not own and where is not None and where.name == "_call" and Path(where.filename).resolve().is_relative_to(_ORACLE):
+        where = None  # nothing ran below the oracle's own ``_call``, which called the code under test: the call failed
     at = f" (at {where.filename}:{where.lineno} in {where.name})" if where else " (by the call itself: its signature?)"
     return f"raised {type(error).__name__}: {error}{at}"
 

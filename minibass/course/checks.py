@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import site
-import sysconfig
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -45,19 +43,12 @@ def _check(name: str):
     return wrap
 
 
-PACKAGE = Path(__file__).resolve().parents[1]  # minibass/: frames outside it and outside libraries are the learner's
-LIBRARIES = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(),
-                                         *(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))]}
-
-
 def _learners(filename: str) -> bool:
     """Whether a traceback frame's file is the learner's: not minibass's, not the standard library's, not an
-    installed package's (site-packages, or dist-packages on Debian and Colab)."""
-    if filename.startswith("<") and not filename.startswith("<ipython-input"):  # <string>, <frozen ...>
-        return filename == "<string>"
-    path = Path(filename).resolve()
-    return not (path.is_relative_to(PACKAGE) or any(path.is_relative_to(d) for d in LIBRARIES)
-                or {"site-packages", "dist-packages"} & set(path.parts))
+    installed package's (the oracle's test, which tells an engine's frames from minibass's the same way)."""
+    from ..oracle.verdict import is_library  # here, not at the top: the oracle imports SciPy, a chapter may not need it
+
+    return not is_library(filename)
 
 # Mistakes whose exception says what broke but not what to change: (the exception's type and a piece of
 # its message, the function that raised, or None for any), and what to tell the learner.

@@ -308,7 +308,7 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     verdict = Verdict(f"attention {name or getattr(fn, '__qualname__', repr(fn))}")
     all_cases = sorted(attention_cases(cases, seed, head_dims), key=lambda c: c.size)
     large = large_score_cases(seed, head_dims)
-    largest = max(map(_largest_score, large))
+    top_score = max(map(_largest_score, large))
     for dtype in dtypes:
         worst, worst_case, failing, n_failed = 0.0, "", "", 0
         raised_at: dict[int, list[bool]] = {}  # head dim -> whether each case there raised
@@ -335,7 +335,7 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
                     detail=detail)
         bad, first = _finite_on_large_scores(fn, large, dtype, device)
         verdict.add(f"{str(dtype).replace('torch.', '')} finite on large scores",
-                    f"cases with a non-finite output, of {len(large)}, scores up to {largest:.0f}", bad, 0,
+                    f"cases with a non-finite output, of {len(large)}, scores up to {top_score:.0f}", bad, 0,
                     detail=f"{first} ({bad} of {len(large)} cases)" if bad else "")
     verdict.notes.append(f"device {device or 'cpu'}; tolerance per dtype {', '.join(f'{str(d)[6:]} {ATOL[d]:g}' for d in dtypes)}")
     largest = [max(len(c.q_lens) for c in all_cases), max(max(c.kv_lens) for c in all_cases),

@@ -174,19 +174,26 @@ UNIFORM_SAMPLERS = {"accepts_at_u_zero": accepts_at_u_zero}
 
 # --- broken attention backends ---------------------------------------------------------------------------
 
-def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
-    """Causal mask off by one: each query also sees the key one position after its own."""
+def _per_sequence(q, k_cache, v_cache, q_lens, kv_lens, scale):
+    """For each sequence: its rows of q and out (a slice), its scores [H, n_q, n_kv] and values [H, n_kv, D] in
+    float32 (GQA's kv heads repeated), and each query's absolute position [n_q, 1]."""
     group = q.shape[1] // k_cache.shape[1]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    out, start = torch.empty_like(q), 0
+    start = 0
     for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
         keys = k_cache[b, :, :n_kv].repeat_interleave(group, 0).float()  # (H, n_kv, D)
         values = v_cache[b, :, :n_kv].repeat_interleave(group, 0).float()
         scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].float(), keys) * scale
-        position = torch.arange(n_kv - n_q, n_kv)[:, None]  # (n_q, 1): each query's absolute position
-        scores = scores.masked_fill(torch.arange(n_kv)[None, :] > position + 1, float("-inf"))  # + 1: the bug
-        out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
+        yield slice(start, start + n_q), scores, values, torch.arange(n_kv - n_q, n_kv)[:, None]
         start += n_q
+
+
+def causal_off_by_one(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    """Causal mask off by one: each query also sees the key one position after its own."""
+    out = torch.empty_like(q)
+    for rows, scores, values, position in _per_sequence(q, k_cache, v_cache, q_lens, kv_lens, scale):
+        scores = scores.masked_fill(torch.arange(scores.shape[-1]) > position + 1, float("-inf"))  # + 1: the bug
+        out[rows] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
     return out
 
 
@@ -241,5 +248,17 @@ def split_kv_without_rescale(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None
     return out
 
 
+def softmax_without_max(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
+    """The softmax as exp(s) / sum(exp(s)), exp taken in the inputs' dtype with no maximum subtracted (the bug):
+    right on small scores, inf / inf = NaN once exp overflows (past 11.09 in float16, 88.7 in float32 and
+    bfloat16), which only ``check_attention``'s large-score cases reach."""
+    out = torch.empty_like(q)
+    for rows, scores, values, position in _per_sequence(q, k_cache, v_cache, q_lens, kv_lens, scale):
+        weights = torch.exp(scores.to(q.dtype)).float()  # no maximum taken out: the bug
+        weights = weights.masked_fill(torch.arange(scores.shape[-1]) > position, 0)  # causal: right
+        out[rows] = torch.einsum("hts,hsd->thd", weights / weights.sum(-1, keepdim=True), values).to(q.dtype)
+    return out
+
+
 ATTENTION = {f.__name__: f for f in (causal_off_by_one, stale_slot_leak, idle_ignores_kv_lens, eight_sequence_table,
-                                     split_kv_without_rescale)}
+                                     split_kv_without_rescale, softmax_without_max)}

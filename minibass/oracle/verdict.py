@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import site
 import sysconfig
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -95,7 +96,7 @@ def raised(error: BaseException) -> str:
     caller's own code (not minibass's, not an installed library's), else the innermost frame. Call it in
     the function whose ``try`` called the code under test: that frame, the first, is left out."""
     frames = traceback.extract_tb(error.__traceback__)[1:]
-    own = [f for f in frames if not _is_library(f.filename)]
+    own = [f for f in frames if not is_library(f.filename)]
     where = (own or frames)[-1] if frames else None
     if not own and where is not None and where.name == "_call" and Path(where.filename).resolve().is_relative_to(_ORACLE):
         where = None  # nothing ran below the oracle's own ``_call``, which called the code under test: the call failed
@@ -104,16 +105,21 @@ def raised(error: BaseException) -> str:
 
 
 _ORACLE = Path(__file__).resolve().parent
-# minibass itself, the standard library and installed packages: frames there are not the caller's code.
-_LIBRARIES = {Path(__file__).resolve().parents[1]} | {
-    Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
+# minibass itself, the standard library and the site directories: frames there are not the caller's code.
+_LIBRARIES = {Path(__file__).resolve().parents[1]} | {Path(p).resolve() for p in [
+    *site.getsitepackages(), site.getusersitepackages(),
+    *(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))]}
 
 
-def _is_library(filename: str) -> bool:
-    if filename.startswith("<"):  # code without a file: "<frozen importlib._bootstrap>", or exec'd ("<string>")
+def is_library(filename: str) -> bool:
+    """Whether a traceback frame's file is minibass's, the standard library's or an installed package's (also
+    in any site-packages or dist-packages folder, where Debian's Python and Colab keep them), rather than
+    the code of whoever called minibass: an engine under the oracle, a learner in the course."""
+    if filename.startswith("<"):  # code without a file: "<frozen runpy>" is Python's; "<string>", "<ipython-input-…>"
         return filename.startswith("<frozen")
     path = Path(filename).resolve()
-    return any(path.is_relative_to(library) for library in _LIBRARIES)
+    return any(path.is_relative_to(library) for library in _LIBRARIES) or \
+        bool({"site-packages", "dist-packages"} & set(path.parts))
 
 
 def _num(x: float) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -362,9 +364,6 @@ def test_policy_replay_steps_like_the_loop(policy):
 def test_auto_constants_script_scores_against_the_best_fixed_length(tmp_path, capsys):
     """scripts/auto_constants.py divides a policy's replayed speed-up by the best fixed k's: exactly 1 for
     the best fixed k itself, below 1 for a worse one; and it prints a row per (pull, memory, costs)."""
-    import runpy
-    from pathlib import Path
-
     from minibass.bench.policies import CallCosts, iid_runs
 
     script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_constants.py"))
@@ -386,9 +385,6 @@ def test_auto_vs_best_chooses_the_best_length_on_other_rounds_than_it_measures()
     """scripts/auto_vs_best.py: four rounds, regular 1 s each. k = 2 is fast on rounds 1 and 3, k = 3 on rounds 2
     and 4, `auto` in between: in hindsight the best k is whichever median is larger; held out, the k chosen on
     rounds 1 and 3 (k = 2) is measured on rounds 2 and 4, where it is slow, and the other way round."""
-    import runpy
-    from pathlib import Path
-
     script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_vs_best.py"))
     seconds = {"regular": [1.0] * 4, "1": [1.0] * 4, "2": [0.5, 1.0, 0.5, 1.0], "3": [1.0, 0.4, 1.0, 0.4],
                "4": [2.0] * 4, "auto": [0.8] * 4}
@@ -426,6 +422,47 @@ def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_pa
     card = (tmp_path / "pair" / "draft" / "README.md").read_text()
     assert "`--draft-init target`" in card and "Llama: 1 layer, hidden 64" in card
 
+
+def test_untying_a_drafts_head_keeps_its_function_and_frees_the_head(tmp_path):
+    """untie_head gives a tied model a head of its own that starts as a copy of the embeddings: the same
+    logits, two parameters now, and a gradient step moves them apart. The CLI's --untie-head (with
+    --draft-from) saves an untied draft that minibass and transformers both load."""
+    from minibass.zoo import train
+
+    torch.manual_seed(0)
+    model = train.llama(300, *train.parse_shape("1x32"), 128, 0)
+    x = torch.randint(0, 300, (2, 9))
+    with torch.no_grad():
+        before = model(x).logits
+    train.untie_head(model)
+    assert model.lm_head.weight is not model.model.embed_tokens.weight
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, before)
+    model(x).logits.sum().backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    assert not torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
+
+    train.main(["--out", str(tmp_path / "a"), "--fast"])
+    a = tmp_path / "a"
+    train.main(["--out", str(tmp_path / "b"), "--fast", "--target-from", str(a / "target"),
+                "--draft-from", str(a / "draft"), "--untie-head"])
+    draft = minibass.load_model(tmp_path / "b" / "draft")
+    assert not draft.config.tie_word_embeddings and draft.lm_head.weight is not draft.model.embed_tokens.weight
+    assert "untied output head" in (tmp_path / "b" / "draft" / "README.md").read_text()
+    assert "tied embeddings" in (a / "draft" / "README.md").read_text()
+
+    # scripts/pair_acceptance.py measures drafts against a target; the target as its own draft is always accepted
+    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "pair_acceptance.py"))
+    out = tmp_path / "acceptance.json"
+    script["main"](["--target", str(a / "target"), "--draft", str(a / "target"), str(tmp_path / "b" / "draft"),
+                    "--seeds", "2", "--rounds", "1", "--batch", "2", "--out", str(out)])
+    result = json.loads(out.read_text())
+    itself, untied = (result["drafts"][str(d)] for d in (a / "target", tmp_path / "b" / "draft"))
+    assert result["prompts"] == 32 and len(itself["acceptance"]) == 6
+    assert all(cell["mean"] == 1.0 for cell in itself["acceptance"].values())
+    assert len(untied["acceptance"]["T=1,k=4"]["runs"]) == 2 and len(untied["acceptance"]["T=0,k=4"]["runs"]) == 1
+    assert all(cell["mean"] < 1.0 for cell in untied["acceptance"].values())
+    assert untied["draft_call_over_target_step"]["median"] > 0
 
 def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batch():
     from minibass.__main__ import _reading

@@ -31,6 +31,8 @@ length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` 
    DistillSpec, Zhou et al. 2024). ``--draft-from`` starts from a trained draft.
    ``--draft-init target`` starts a draft as wide as the target from the target's embeddings,
    first layers and final norm (the target cut short, an early exit), instead of at random.
+   ``--untie-head`` gives the draft an output head of its own (with ``--draft-from``, a copy of its
+   tied embeddings to start from): more parameters at the same cost per call.
    ``--draft-loss tv`` minimises the total-variation distance instead, 1 - sum min(p, q): one minus
    the chance that a temperature-1 draft token is accepted (DistillSpec compares both).
 5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
@@ -138,12 +140,13 @@ def target_continuations(target_dir: Path, stream: torch.Tensor, n: int, seq_len
     return torch.tensor(rows, dtype=torch.long)
 
 
-def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int):
+def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int,
+          tie: bool = True):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 8 * 8,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=max_len, tie_word_embeddings=True, bos_token_id=eos,
+                         max_position_embeddings=max_len, tie_word_embeddings=tie, bos_token_id=eos,
                          eos_token_id=eos, pad_token_id=eos, rope_theta=10000.0)
     return LlamaForCausalLM(config)
 
@@ -181,6 +184,16 @@ def init_from_target(draft, target) -> None:
             mine.load_state_dict(theirs.state_dict())
         if not d.tie_word_embeddings:
             draft.lm_head.weight.copy_(target.lm_head.weight)
+
+
+def untie_head(model) -> None:
+    """Gives a model whose output head is its token embedding matrix a head of its own, starting as a copy
+    of that matrix: the same function, and the same cost per call (the head's matmul is as large either
+    way), with the head free to learn apart from the embeddings."""
+    if not model.config.tie_word_embeddings:
+        return
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -316,7 +329,7 @@ tags: [minibass, speculative-decoding, demo]
 
 | | |
 |---|---|
-| architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, tied embeddings, {params:,} parameters |
+| architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, {tying}, {params:,} parameters |
 | weights | bfloat16 safetensors |
 | corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {n_held} held-out files ({held_tokens:,} tokens), split by path hash |
 | training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
@@ -367,6 +380,9 @@ def main(argv=None):
     parser.add_argument("--draft-init", choices=["random", "target"], default="random",
                         help="target: start the draft from the target's token embeddings, first layers and final "
                              "norm (the draft's hidden size must be the target's); random: transformers' own init")
+    parser.add_argument("--untie-head", action="store_true",
+                        help="give the draft an output head of its own instead of its token embeddings (with "
+                             "--draft-from: a copy of them to start from); the same cost per call")
     parser.add_argument("--on-policy", type=int, default=0, metavar="N",
                         help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
@@ -406,7 +422,7 @@ def main(argv=None):
 
     shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
     target = llama(vocab, *shapes["target"], 1024, eos)
-    draft = llama(vocab, *shapes["draft"], 1024, eos)
+    draft = llama(vocab, *shapes["draft"], 1024, eos, tie=not args.untie_head)
     # (Both are built at random first even when loaded below: that keeps the random stream, and so a
     # --target-from run's draft, what it has always been.)
     kept = None  # the target's own metrics when it is kept from --target-from
@@ -417,6 +433,8 @@ def main(argv=None):
         kept = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
     if args.draft_from is not None:
         draft, shapes["draft"] = pretrained(args.draft_from)
+        if args.untie_head:
+            untie_head(draft)
 
     def lm_loss(x):
         logits = target(x[:, :-1]).logits
@@ -505,6 +523,7 @@ def main(argv=None):
         card = MODEL_CARD.format(role=name, summary=summary[name], hidden=hidden, heads=heads,
                                  layers="1 layer" if layers == 1 else f"{layers} layers",
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
+                                 tying="tied embeddings" if model.config.tie_word_embeddings else "untied output head",
                                  steps=args.target_steps if name == "target" else args.draft_steps,
                                  minutes=target_minutes if name == "target" else draft_minutes,
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),

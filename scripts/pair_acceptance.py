@@ -5,12 +5,13 @@
 For each draft, with the target (default: the demo pair's):
 - acceptance rates on the training script's 32 held-out prompts (the first 24 tokens of function
   definitions in the held-out files, ``held_out_prompts`` of ``minibass.zoo.train``), 48 new tokens,
-  through ``speculative_generate`` with the padded backend, as the script's model cards measure them:
+  through ``speculative_generate`` with the padded backend, as the training script's model cards do:
   greedy, and at temperature 1 with seeds 0 .. ``--seeds`` - 1 (one run's rate is noisy), for k = 2, 4, 6;
 - the cost of one draft call (1 token per sequence) in target decode steps at ``--batch``, with the
-  default backend over a 64-token cache: ``--rounds`` rounds, each timing the target's step and every
-  draft in turn (medians of 15 calls), so that the drafts meet the same spells of a busy machine.
-Prints a table and writes everything to ``--out`` (JSON).
+  default backend over a 64-token cache: ``--rounds`` rounds, each timing the target's step and then
+  every draft (medians of 15 calls), the drafts' order rotated by one each round, so that they meet
+  the same spells of a busy machine and none is always timed first.
+Prints a table and writes everything to ``--out`` (JSON), with the command that made it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -57,18 +59,19 @@ def main(argv=None):
     target = minibass.load_model(args.target)
     drafts = {str(d): minibass.load_model(d) for d in args.draft}
     started = time.time()
-    result = {"target": str(args.target), "prompts": len(prompts), "new_tokens": 48, "seeds": args.seeds,
+    result = {"command": "python scripts/pair_acceptance.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "target": str(args.target), "prompts": len(prompts), "new_tokens": 48, "seeds": args.seeds,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "drafts": {}}
     for name, draft in drafts.items():
         result["drafts"][name] = {"acceptance": rates(target, draft, prompts, args.seeds),
                                   "parameters": sum(p.numel() for p in draft.parameters())}
         print(name, json.dumps(result["drafts"][name]["acceptance"]), flush=True)
-    ratios = {name: [] for name in drafts}
-    for _ in range(args.rounds):
+    ratios, names = {name: [] for name in drafts}, list(drafts)
+    for r in range(args.rounds):
         step = call_ms(target, args.batch, 64, 1)
-        for name, draft in drafts.items():
-            ratios[name].append(call_ms(draft, args.batch, 64, 1) / step)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            ratios[name].append(call_ms(drafts[name], args.batch, 64, 1) / step)
     for name in drafts:
         result["drafts"][name]["draft_call_over_target_step"] = {
             "batch": args.batch, "median": round(statistics.median(ratios[name]), 4),

@@ -425,44 +425,64 @@ def test_a_draft_can_start_as_the_target_cut_short_after_its_first_layers(tmp_pa
 
 def test_untying_a_drafts_head_keeps_its_function_and_frees_the_head(tmp_path):
     """untie_head gives a tied model a head of its own that starts as a copy of the embeddings: the same
-    logits, two parameters now, and a gradient step moves them apart. The CLI's --untie-head (with
-    --draft-from) saves an untied draft that minibass and transformers both load."""
+    logits, one more matrix of parameters, and a gradient step moves the two apart. The CLI's --untie-head
+    saves an untied draft that minibass loads, from --draft-from or from --draft-init target; a run
+    resumed with the flag changed is refused instead of loading a head into the embeddings."""
     from minibass.zoo import train
 
     torch.manual_seed(0)
     model = train.llama(300, *train.parse_shape("1x32"), 128, 0)
+    tied_params = sum(p.numel() for p in model.parameters())
     x = torch.randint(0, 300, (2, 9))
     with torch.no_grad():
         before = model(x).logits
     train.untie_head(model)
     assert model.lm_head.weight is not model.model.embed_tokens.weight
+    assert sum(p.numel() for p in model.parameters()) == tied_params + 300 * 32
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, before)
     model(x).logits.sum().backward()
     torch.optim.SGD(model.parameters(), lr=1.0).step()
     assert not torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
 
-    train.main(["--out", str(tmp_path / "a"), "--fast"])
     a = tmp_path / "a"
-    train.main(["--out", str(tmp_path / "b"), "--fast", "--target-from", str(a / "target"),
-                "--draft-from", str(a / "draft"), "--untie-head"])
+    train.main(["--out", str(a), "--fast"])
+    from_draft = ["--fast", "--target-from", str(a / "target"), "--draft-from", str(a / "draft"), "--untie-head"]
+    train.main(["--out", str(tmp_path / "b"), *from_draft])
     draft = minibass.load_model(tmp_path / "b" / "draft")
     assert not draft.config.tie_word_embeddings and draft.lm_head.weight is not draft.model.embed_tokens.weight
     assert "untied output head" in (tmp_path / "b" / "draft" / "README.md").read_text()
     assert "tied embeddings" in (a / "draft" / "README.md").read_text()
 
-    # scripts/pair_acceptance.py measures drafts against a target; the target as its own draft is always accepted
+    train.main(["--out", str(tmp_path / "c"), "--fast", "--draft-init", "target", "--untie-head"])
+    assert not minibass.load_model(tmp_path / "c" / "draft").config.tie_word_embeddings
+
+    train.main(["--out", str(tmp_path / "d"), *from_draft, "--max-minutes", "0"])  # stops after one step
+    with pytest.raises(ValueError, match="resume with the flags of the run that wrote it"):
+        train.main(["--out", str(tmp_path / "d"), *from_draft[:-1], "--resume"])
+
+
+def test_pair_acceptance_script_measures_drafts_against_the_target(tmp_path):
+    """scripts/pair_acceptance.py: the target as its own draft is always accepted, greedy and sampled; a
+    trained draft is not; temperature 1 runs once per seed, greedy once; and the call cost is recorded
+    per round for each draft, with the command that measured it."""
+    from minibass.zoo import train
+
+    a = tmp_path / "a"
+    train.main(["--out", str(a), "--fast"])
     script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "pair_acceptance.py"))
     out = tmp_path / "acceptance.json"
-    script["main"](["--target", str(a / "target"), "--draft", str(a / "target"), str(tmp_path / "b" / "draft"),
-                    "--seeds", "2", "--rounds", "1", "--batch", "2", "--out", str(out)])
+    script["main"](["--target", str(a / "target"), "--draft", str(a / "target"), str(a / "draft"),
+                    "--seeds", "2", "--rounds", "3", "--batch", "2", "--out", str(out)])
     result = json.loads(out.read_text())
-    itself, untied = (result["drafts"][str(d)] for d in (a / "target", tmp_path / "b" / "draft"))
-    assert result["prompts"] == 32 and len(itself["acceptance"]) == 6
+    itself, draft = (result["drafts"][str(d)] for d in (a / "target", a / "draft"))
+    assert result["prompts"] == 32 and len(itself["acceptance"]) == 6 and "--seeds 2" in result["command"]
     assert all(cell["mean"] == 1.0 for cell in itself["acceptance"].values())
-    assert len(untied["acceptance"]["T=1,k=4"]["runs"]) == 2 and len(untied["acceptance"]["T=0,k=4"]["runs"]) == 1
-    assert all(cell["mean"] < 1.0 for cell in untied["acceptance"].values())
-    assert untied["draft_call_over_target_step"]["median"] > 0
+    assert len(draft["acceptance"]["T=1,k=4"]["runs"]) == 2 and len(draft["acceptance"]["T=0,k=4"]["runs"]) == 1
+    assert all(cell["mean"] < 1.0 for cell in draft["acceptance"].values())
+    assert len(draft["draft_call_over_target_step"]["rounds"]) == 3
+    assert draft["parameters"] < itself["parameters"]
+
 
 def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batch():
     from minibass.__main__ import _reading

@@ -31,8 +31,8 @@ length fits in sessions of limited time. ``--target-shape`` / ``--draft-shape`` 
    DistillSpec, Zhou et al. 2024). ``--draft-from`` starts from a trained draft.
    ``--draft-init target`` starts a draft as wide as the target from the target's embeddings,
    first layers and final norm (the target cut short, an early exit), instead of at random.
-   ``--untie-head`` gives the draft an output head of its own (with ``--draft-from``, a copy of its
-   tied embeddings to start from): more parameters at the same cost per call.
+   ``--untie-head`` gives the draft an output head of its own, starting as a copy of its token
+   embeddings (however those started): more parameters at the same cost per call.
    ``--draft-loss tv`` minimises the total-variation distance instead, 1 - sum min(p, q): one minus
    the chance that a temperature-1 draft token is accepted (DistillSpec compares both).
 5. Both are saved as Hugging Face folders (bf16 safetensors) with a model card recording the
@@ -140,13 +140,12 @@ def target_continuations(target_dir: Path, stream: torch.Tensor, n: int, seq_len
     return torch.tensor(rows, dtype=torch.long)
 
 
-def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int,
-          tie: bool = True):
+def llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, max_len: int, eos: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 8 * 8,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=max_len, tie_word_embeddings=tie, bos_token_id=eos,
+                         max_position_embeddings=max_len, tie_word_embeddings=True, bos_token_id=eos,
                          eos_token_id=eos, pad_token_id=eos, rope_theta=10000.0)
     return LlamaForCausalLM(config)
 
@@ -173,9 +172,9 @@ def init_from_target(draft, target) -> None:
     same = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings")
     if any(getattr(d, a) != getattr(t, a) for a in same) or d.num_hidden_layers > t.num_hidden_layers:
         raise ValueError("--draft-init target needs a draft with the target's hidden size, heads, vocabulary "
-                         f"and tying, and no more layers: draft {[getattr(d, a) for a in same]}, "
-                         f"{d.num_hidden_layers} layers; "
-                         f"target {[getattr(t, a) for a in same]}, {t.num_hidden_layers} layers")
+                         "and tying, and no more layers: draft "
+                         + ", ".join(f"{a} {getattr(d, a)}" for a in same) + f", {d.num_hidden_layers} layers; target "
+                         + ", ".join(f"{a} {getattr(t, a)}" for a in same) + f", {t.num_hidden_layers} layers")
     m = draft.model
     with torch.no_grad():
         m.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
@@ -215,8 +214,14 @@ def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, los
     """
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
     start, losses, seconds = 0, [], 0.0
+    tied = bool(model.config.tie_word_embeddings)
     if checkpoint.exists():  # our own file: tensors, numbers and lists only
         state = torch.load(checkpoint, weights_only=True)
+        if state.get("tied", True) != tied:
+            was = "tied to" if state.get("tied", True) else "apart from"
+            raise ValueError(f"{checkpoint} holds a model whose head is {was} its embeddings, but this run builds "
+                             f"it {'tied' if tied else 'apart'}: resume with the flags of the run that wrote it "
+                             "(--untie-head)")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
@@ -224,7 +229,7 @@ def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, los
 
     def save(step: int, elapsed: float) -> None:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": generator.get_state(),
-                    "step": step, "losses": losses, "seconds": elapsed}, checkpoint)
+                    "step": step, "losses": losses, "seconds": elapsed, "tied": tied}, checkpoint)
 
     model.train()
     began = time.time()
@@ -381,8 +386,8 @@ def main(argv=None):
                         help="target: start the draft from the target's token embeddings, first layers and final "
                              "norm (the draft's hidden size must be the target's); random: transformers' own init")
     parser.add_argument("--untie-head", action="store_true",
-                        help="give the draft an output head of its own instead of its token embeddings (with "
-                             "--draft-from: a copy of them to start from); the same cost per call")
+                        help="give the draft an output head of its own instead of its token embeddings, starting "
+                             "as a copy of them (random ones, the target's or --draft-from's); the same cost per call")
     parser.add_argument("--on-policy", type=int, default=0, metavar="N",
                         help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
@@ -422,7 +427,7 @@ def main(argv=None):
 
     shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
     target = llama(vocab, *shapes["target"], 1024, eos)
-    draft = llama(vocab, *shapes["draft"], 1024, eos, tie=not args.untie_head)
+    draft = llama(vocab, *shapes["draft"], 1024, eos)
     # (Both are built at random first even when loaded below: that keeps the random stream, and so a
     # --target-from run's draft, what it has always been.)
     kept = None  # the target's own metrics when it is kept from --target-from
@@ -433,8 +438,6 @@ def main(argv=None):
         kept = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
     if args.draft_from is not None:
         draft, shapes["draft"] = pretrained(args.draft_from)
-        if args.untie_head:
-            untie_head(draft)
 
     def lm_loss(x):
         logits = target(x[:, :-1]).logits
@@ -458,6 +461,8 @@ def main(argv=None):
 
     if args.draft_init == "target" and not (tmp / "draft.pt").exists():  # (a resumed run loads its checkpoint)
         init_from_target(draft, target)
+    if args.untie_head:  # (before fit, so that a resumed run loads its checkpoint into the same model)
+        untie_head(draft)
     data = batches(train_stream, args.batch, args.seq_len, gen)
     if args.on_policy:
         written_file = tmp / "on_policy.pt"  # made once, kept for --resume

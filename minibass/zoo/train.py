@@ -280,17 +280,26 @@ def held_out_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 
 
 
 def acceptance(target_dir: Path, draft_dir: Path, prompts: list[list[int]], new_tokens: int) -> dict:
-    """Acceptance rate of the saved (bf16-rounded) pair through minibass, per temperature and k."""
+    """Acceptance rate of the saved (bf16-rounded) pair through minibass, per temperature and k (seed 0)."""
     import minibass
 
-    target, draft = minibass.load_model(target_dir), minibass.load_model(draft_dir)
+    runs = acceptance_runs(minibass.load_model(target_dir), minibass.load_model(draft_dir), prompts, new_tokens)
+    return {key: rates[0] for key, rates in runs.items()}
+
+
+def acceptance_runs(target, draft, prompts: list[list[int]], new_tokens: int, seeds: int = 1) -> dict:
+    """Acceptance rates of a pair through minibass (padded backend), per temperature and k = 2, 4, 6:
+    {"T=0,k=2": [rate], ..., "T=1,k=6": [rate of seed 0, ..., rate of seed seeds - 1]}; greedy runs once."""
+    import minibass
+
     out = {}
     for temperature in (0.0, 1.0):
         for k in (2, 4, 6):
-            result = minibass.speculative_generate(target, draft, prompts, new_tokens, draft_length=k, seed=0,
-                                                   sampling=minibass.SamplingParams(temperature=temperature),
-                                                   attention="padded")
-            out[f"T={temperature:g},k={k}"] = round(result.stats.acceptance_rate, 4)
+            out[f"T={temperature:g},k={k}"] = [
+                round(minibass.speculative_generate(target, draft, prompts, new_tokens, draft_length=k, seed=seed,
+                                                    sampling=minibass.SamplingParams(temperature=temperature),
+                                                    attention="padded").stats.acceptance_rate, 4)
+                for seed in (range(seeds) if temperature else [0])]
     return out
 
 

@@ -7,6 +7,8 @@ MHA, GQA and MQA. The Triton kernel runs through the interpreter on the CPU.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -29,7 +31,7 @@ def make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, *, capacity=None,
     """Packed q and a cache whose slots beyond kv_lens are poisoned with NaN and inf."""
     g = torch.Generator().manual_seed(seed)
     batch = len(q_lens)
-    capacity = capacity or max(kv_lens) + 7
+    capacity = max(kv_lens) + 7 if capacity is None else capacity
     q = torch.randn(sum(q_lens), n_heads, head_dim, generator=g)
     k = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g)
     v = torch.randn(batch, n_kv_heads, capacity, head_dim, generator=g)
@@ -55,22 +57,24 @@ def assert_matches_reference(name, q, k, v, q_lens, kv_lens):
 @st.composite
 def ragged_batches(draw):
     batch = draw(st.integers(1, 12))
-    kv_lens = [draw(st.integers(1, 300)) for _ in range(batch)]
+    kv_lens = [draw(st.integers(0, 300)) for _ in range(batch)]  # 0: a sequence with nothing cached yet
     q_lens = [draw(st.integers(0, min(9, kv))) for kv in kv_lens]
     if draw(st.booleans()):  # one sequence prefilling its whole cache
         b = draw(st.integers(0, batch - 1))
         kv_lens[b] = q_lens[b] = draw(st.integers(1, 40))
     n_kv_heads = draw(st.sampled_from([1, 2, 4]))
-    group = draw(st.sampled_from([1, 2, 4]))  # MHA (1), GQA, MQA when n_kv_heads == 1
-    head_dim = draw(st.sampled_from([16, 32, 64, 128, 59]))
-    return q_lens, kv_lens, n_kv_heads * group, n_kv_heads, head_dim
+    group = draw(st.sampled_from([1, 2, 3, 4]))  # MHA (1), GQA, MQA when n_kv_heads == 1; 3 fills no power of two
+    head_dim = draw(st.sampled_from([8, 16, 32, 64, 128, 59]))
+    capacity = max(kv_lens) + draw(st.integers(0, 7))  # 0: the longest sequence fills its cache
+    return q_lens, kv_lens, n_kv_heads * group, n_kv_heads, head_dim, capacity
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
 def test_backends_match_the_float64_specification(name, case, dtype):
-    q_lens, kv_lens, n_heads, n_kv_heads, head_dim = case
-    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype=dtype))
+    q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity = case
+    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity=capacity,
+                                               dtype=dtype))
 
 
 GRID = {
@@ -147,7 +151,12 @@ BAD_INPUTS = [
     ("q > kv", lambda q, k, v, ql, kl: (q, k, v, ql, torch.tensor([1, 9])), "q_lens must be <= kv_lens"),
     ("kv > capacity", lambda q, k, v, ql, kl: (q, k[:, :, :6], v[:, :, :6], ql, kl), "kv_lens must be <= capacity"),
     ("total_q", lambda q, k, v, ql, kl: (q[:-1], k, v, ql, kl), "total_q"),
-    ("dtype", lambda q, k, v, ql, kl: (q.double(), k, v, ql, kl), "one floating dtype"),
+    ("dtype", lambda q, k, v, ql, kl: (q.double(), k, v, ql, kl), "share one dtype"),
+    ("float8", lambda q, k, v, ql, kl: (q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn),
+                                        v.to(torch.float8_e4m3fn), ql, kl), "float16, bfloat16, float32 and float64"),
+    ("head_dim 0", lambda q, k, v, ql, kl: (q[..., :0], k[..., :0], v[..., :0], ql, kl), "head_dim must be >= 1"),
+    ("scale inf", lambda q, k, v, ql, kl: (q, k, v, ql, kl, float("inf")), "finite float"),
+    ("scale nan", lambda q, k, v, ql, kl: (q, k, v, ql, kl, float("nan")), "finite float"),
     ("float lens", lambda q, k, v, ql, kl: (q, k, v, ql.float(), kl), "q_lens must be a 1-D integer"),
     ("batch", lambda q, k, v, ql, kl: (q, k, v, ql, kl[:1]), "kv_lens has 1 entries"),
     ("devices", lambda q, k, v, ql, kl: (q.to("meta"), k, v, ql, kl), "one device"),
@@ -157,9 +166,52 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @pytest.mark.parametrize("label,mutate,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_inputs_raise_value_error_naming_the_argument(name, label, mutate, message):
-    args = mutate(*make_batch([2, 3], [5, 9], 4, 2, 16))
+    q, k, v, q_lens, kv_lens, *scale = mutate(*make_batch([2, 3], [5, 9], 4, 2, 16))
     with pytest.raises(ValueError, match=message):
-        BACKENDS[name](*args)
+        BACKENDS[name](q, k, v, q_lens, kv_lens, scale=scale[0] if scale else None)
+
+
+def test_padded_leaves_a_cache_shared_by_broadcast_intact():
+    """One prompt's cache shared by the batch with ``expand``: a slot stale for one sequence is valid for
+    another, so PAD's zeroing of stale V slots must not reach it through the shared memory."""
+    q, k, v, q_lens, kv_lens = make_batch([1, 2, 1], [3, 9, 6], 4, 2, 16)
+    k, v = k[1:2].expand(3, -1, -1, -1), v[1:2].expand(3, -1, -1, -1)  # sequence 1's cache, valid up to 9
+    before, expected = v.clone(), reference(q, k, v, q_lens, kv_lens)
+    out = BACKENDS["padded"](q, k, v, q_lens, kv_lens)
+    assert torch.equal(v, before)
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=ATOL[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["ragged"])  # (a parameter, so that it skips where Triton is missing)
+def test_ragged_in_float64_does_not_rest_on_a_float64_scalar(name, monkeypatch):
+    """A compiled Triton kernel receives a Python float as float32 (the interpreter passes it on unrounded).
+    Launched with every float argument rounded so, ``ragged`` must still match the float64 specification
+    to float64 precision: the softmax scale must not travel as a scalar argument."""
+    import numpy as np
+
+    module = sys.modules["minibass.attention.ragged"]
+    interpreted = module._Kernels.get(on_cpu=True)
+
+    class AsCompiled:
+        def __getitem__(self, grid):
+            launch = interpreted[grid]
+            return lambda *args, **constants: launch(
+                *[float(np.float32(a)) if isinstance(a, float) else a for a in args], **constants)
+
+    monkeypatch.setattr(module._Kernels, "get", classmethod(lambda cls, on_cpu: AsCompiled()))
+    q, k, v, q_lens, kv_lens = make_batch([1, 3, 2], [40, 97, 5], 8, 2, 59, dtype=torch.float64)  # 59 ** -0.5
+    assert_matches_reference(name, q, k, v, q_lens, kv_lens)
+
+
+def test_cost_counts_the_tiles_the_kernel_launches():
+    """The ragged row: BLOCK_M rows of (query, head) per tile, 16 or 64 as the kernel picks for the batch's
+    longest sequence, by BLOCK_N = 64 keys, over the head dim rounded up to a power of two."""
+    heads = dict(n_heads=32, n_kv_heads=8)  # G = 4
+    short = cost([4, 1], [100, 50], head_dim=128, **heads)  # 16 rows at most: 16-row tiles
+    assert short.flops["ragged"] == 4 * 128 * 8 * 16 * (128 + 64)  # keys rounded up: 100 -> 128, 50 -> 64
+    long = cost([8, 1], [100, 50], head_dim=59, **heads)  # 32 rows: 64-row tiles, for the decode sequence too
+    assert long.flops["ragged"] == 4 * 64 * 8 * 64 * (128 + 64)  # head dim 59 computed as 64
+    assert long.flops["ragged"] == cost([8, 1], [100, 50], head_dim=59, block_m=64, block_n=64, **heads).flops["ragged"]
 
 
 def test_cost_accounting():

@@ -20,12 +20,24 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @settings(max_examples=25)
-@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
 def test_backends_on_cuda_match_the_float64_specification(name, case, dtype):
     """Ragged, odd-sized batches with poisoned spare cache slots, each backend on CUDA tensors."""
-    q_lens, kv_lens, n_heads, n_kv_heads, head_dim = case
-    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype=dtype,
-                                               device="cuda"))
+    q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity = case
+    assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity=capacity,
+                                               dtype=dtype, device="cuda"))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_the_oracle_passes_every_backend_on_cuda(name):
+    """The oracle's grid, random cases and large scores (which the hypothesis draws above do not reach) on the
+    compiled kernel, in every dtype, at the head dims the CPU suite uses and at 256."""
+    from minibass import oracle
+
+    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    for head_dims in (None, 256):
+        verdict = oracle.check_attention(BACKENDS[name], dtypes=dtypes, device="cuda", cases=60, head_dims=head_dims)
+        assert verdict.ok, str(verdict)
 
 
 def test_default_backend_on_cuda_is_the_compiled_kernel():

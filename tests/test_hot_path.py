@@ -56,6 +56,27 @@ def test_a_forward_step_reads_no_device_value(backend):
     assert logits.device.type == "meta" and logits.shape == (4, CONFIG.vocab_size)
 
 
+def test_the_ragged_wrapper_reads_no_device_value(monkeypatch):
+    """The same probe for ``ragged``, its kernel replaced by a recorder (no kernel runs on meta tensors):
+    what the wrapper does around the launch (tile sizes, grid, strides, the launch's arguments) reads
+    only shapes and the host values of the step's metadata. Needs no Triton."""
+    launches = []
+
+    class Recorder:  # kernel[grid](*args, **constants), as a Triton kernel is launched
+        def __getitem__(self, grid):
+            return lambda *args, **constants: launches.append((grid, args, constants))
+
+    monkeypatch.setattr(sys.modules["minibass.attention.ragged"]._Kernels, "get", classmethod(lambda cls, on_cpu: Recorder()))
+    with torch.device("meta"):
+        model = Decoder(CONFIG)
+    logits = ragged_step(model, "ragged")
+    assert logits.device.type == "meta" and logits.shape == (4, CONFIG.vocab_size)
+    assert len(launches) == 2 * CONFIG.num_hidden_layers  # one launch per layer, two steps
+    grid, args, constants = launches[-1]
+    assert grid == (3, CONFIG.num_key_value_heads, 1)  # sequences, kv heads, row blocks
+    assert (constants["BLOCK_M"], constants["BLOCK_D"]) == (16, 16)  # 3 queries x 2 heads per group; head dim 8
+
+
 def test_the_meta_device_probe_catches_a_host_read(monkeypatch):
     """The companion of the test above: a backend that reads a device value fails there."""
 

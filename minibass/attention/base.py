@@ -5,7 +5,8 @@ Public signature, checked on every call:
     out = backend(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None)
 
     q        [total_q, H, D]   new queries of all sequences, packed in sequence order
-    k_cache  [B, Hk, C, D]     sequence b owns positions [0, kv_lens[b]); the rest may be garbage
+    k_cache  [B, Hk, C, D]     sequence b owns positions [0, kv_lens[b]); the rest may be garbage,
+                               and a backend may overwrite it (``padded`` zeroes stale V slots)
     v_cache  [B, Hk, C, D]
     q_lens   int [B]           new tokens per sequence (0 = idle this step), q_lens <= kv_lens
     kv_lens  int [B]           valid cache length per sequence, kv_lens <= C
@@ -26,6 +27,7 @@ the metadata).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -34,6 +36,9 @@ import torch
 from torch import Tensor
 
 from ..cache import pack_lists
+
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what every backend computes in
 
 
 class AttentionFn(Protocol):
@@ -130,9 +135,12 @@ def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv
         raise ValueError(f"k_cache must have shape [batch, n_kv_heads, capacity, head_dim], got {tuple(k_cache.shape)}")
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache shape {tuple(v_cache.shape)} must equal k_cache shape {tuple(k_cache.shape)}")
-    if not q.is_floating_point() or q.dtype != k_cache.dtype or q.dtype != v_cache.dtype:
-        raise ValueError(f"q, k_cache, v_cache must share one floating dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if q.dtype not in DTYPES or q.dtype != k_cache.dtype or q.dtype != v_cache.dtype:
+        raise ValueError(f"q, k_cache, v_cache must share one dtype of float16, bfloat16, float32 and float64, "
+                         f"got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, n_kv_heads, capacity, head_dim = k_cache.shape
+    if head_dim == 0:
+        raise ValueError(f"head_dim must be >= 1, got shape {tuple(k_cache.shape)}")
     total_q, n_heads, q_head_dim = q.shape
     if q_head_dim != head_dim:
         raise ValueError(f"q head_dim {q_head_dim} != k_cache head_dim {head_dim}")
@@ -157,6 +165,6 @@ def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv
         raise ValueError(f"q has total_q={total_q} rows but q_lens sums to {int(host_q.sum())}")
     if scale is None:
         scale = head_dim ** -0.5
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale == scale:
-        raise ValueError(f"scale must be a float or None, got {scale!r}")
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite float or None, got {scale!r}")
     return AttentionMetadata.build(host_q, host_kv, q.device), float(scale)

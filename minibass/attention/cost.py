@@ -12,7 +12,8 @@ What each strategy computes:
                    (the causal triangle is masked, not skipped): 4 H D n_q n_kv per sequence
     padded         the batch rectangle for everyone: 4 H D B max(n_q) max(n_kv)
     ragged         the rectangle up to the last visible key, in tiles: the causal part of
-                   partial tiles is computed and masked (counted here at tile granularity)
+                   partial tiles is computed and masked (counted here at tile granularity,
+                   with the kernel's own tile sizes, ``ragged.tile_sizes``)
 
 Bytes are the minimum traffic of each strategy: Q and O once, K and V once per kv head for the
 keys it reads (PAD reads the padded rectangle).
@@ -23,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .ragged import tile_sizes
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,11 @@ class Cost:
 
 
 def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, head_dim: int = 128,
-         bytes_per_element: int = 2, block_m: int = 16, block_n: int = 64) -> Cost:
-    """Useful and actual attention work for one layer of a ragged batch (lengths as lists or tensors)."""
+         bytes_per_element: int = 2, block_m: int | None = None, block_n: int | None = None) -> Cost:
+    """Useful and actual attention work for one layer of a ragged batch (lengths as lists or tensors).
+
+    ``block_m``, ``block_n``: the ragged kernel's tile of (query, head) rows by keys; by default the
+    sizes the kernel picks for this batch (``ragged.tile_sizes``), with the head dim padded as it pads it."""
     q_lens = [int(x) for x in torch.as_tensor(q_lens).tolist()]
     kv_lens = [int(x) for x in torch.as_tensor(kv_lens).tolist()]
     if len(q_lens) != len(kv_lens) or any(q < 0 or q > kv for q, kv in zip(q_lens, kv_lens)):
@@ -47,6 +53,8 @@ def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, h
     n_kv_heads = n_kv_heads or n_heads
     h, d, e = n_heads, head_dim, bytes_per_element
     group = n_heads // n_kv_heads
+    tile_m, tile_n, tile_d = tile_sizes(max(q_lens, default=0), group, head_dim)
+    block_m, block_n = block_m or tile_m, block_n or tile_n
     active = [(q, kv) for q, kv in zip(q_lens, kv_lens) if q > 0]
     useful = sum(4 * h * d * (q * (kv - q) + q * (q + 1) // 2) for q, kv in active)
     rect = sum(4 * h * d * q * kv for q, kv in active)
@@ -59,7 +67,7 @@ def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, h
         for m0 in range(0, rows, block_m):
             last_query = min(m0 + block_m, rows) - 1
             visible = kv - q + last_query // group + 1
-            ragged += 4 * d * n_kv_heads * block_m * (-(-visible // block_n) * block_n)
+            ragged += 4 * tile_d * n_kv_heads * block_m * (-(-visible // block_n) * block_n)
     qo_bytes = 2 * sum(q_lens) * h * d * e
     kv_bytes = 2 * n_kv_heads * d * e * sum(kv for _, kv in active)
     return Cost(

@@ -9,7 +9,7 @@ ragged kernel uses too): row ``t * G + g`` is query ``t``, head ``hk * G + g``. 
 are read once per kv head, never broadcast or copied per query head.
 
     Q  [B, Hk, Tq*G, D]    packed queries scattered into a zero-padded tensor
-    K  [B, Hk, Tk, D]      the cache itself, sliced to Tk (a view)
+    K  [B, Hk, Tk, D]      the cache sliced to Tk: a view in float32/float64, a float32 copy in fp16/bf16
     S  [B, Hk, Tq*G, Tk]   = Q K^T * scale; padding and future keys set to -inf *before* softmax
     P  = softmax(S)        padding gets weight exactly 0 (exp(-inf)); a zero-filled score would get e^0
     O  = P V               then the valid rows are gathered back into packed order
@@ -17,6 +17,9 @@ are read once per kv head, never broadcast or copied per query head.
 Side effect: the stale slots of ``v_cache`` below Tk (positions >= kv_lens[b], garbage by
 contract) are overwritten with zeros, so that a NaN there cannot reach O through 0 * NaN;
 copying V instead would cost a pass over it and, on a CPU, a fresh allocation every layer.
+Where one memory location is several slots of ``v_cache`` (a cache broadcast with ``expand``,
+e.g. one prompt's cache shared by the batch), a stale slot of one sequence may be a valid slot
+of another: the checked entry point ``padded`` then works on a copy of V.
 
 Cost: 2 * B * H * Tq * Tk * D FLOPs for each of QK^T and PV, however ragged the batch is —
 the waste grows with the spread of the lengths (``cost()`` computes it). Two big batched
@@ -35,7 +38,14 @@ def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
            *, scale: float | None = None) -> Tensor:
     """Ragged attention computed on padded tensors (checked entry point). Shapes: see ``minibass.attention.base``."""
     meta, scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
+    if meta.has_stale_slots and _broadcast(v_cache):  # zeroing a stale slot would zero a shared valid one
+        v_cache = v_cache.contiguous()
     return padded_forward(q, k_cache, v_cache, meta, scale)
+
+
+def _broadcast(t: Tensor) -> bool:
+    """Whether a dimension of ``t`` longer than 1 has stride 0 (``expand``): one element in several places."""
+    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
 
 
 def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:

@@ -24,8 +24,11 @@ stops looping at the last key its last row may see, and masks the rest to -inf. 
 beyond ``kv_lens[b]`` are never loaded (masked loads), so stale cache slots — even NaN — cannot
 leak in.
 
-Cost: the useful FLOPs (plus at most one partial KV block and one partial row block per
-program), one launch per layer, K and V read once per kv head and query block.
+Cost: the useful FLOPs plus the rest of each tile (a program's last KV block, rounded up to
+BLOCK_N keys, and its row block, BLOCK_M rows whether the sequence fills them or not: BLOCK_M is
+chosen for the batch's longest sequence, so a decode sequence in a verify step computes as many
+rows as the longest), one launch per layer, K and V read once per kv head and query block.
+``cost()`` in cost.py counts these tiles with the sizes ``tile_sizes`` gives the kernel.
 
 Where it runs. On CUDA tensors the kernel is compiled by ``triton.jit``. On CPU tensors,
 minibass runs the same Python function in Triton's interpreter itself, so no
@@ -36,6 +39,8 @@ others still work.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import Tensor
@@ -72,6 +77,16 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def tile_sizes(max_q_len: int, group: int, head_dim: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D) of a launch: rows of (query, head in the group), keys, head dim.
+
+    ``tl.dot`` needs every tile dimension >= 16 on a GPU, so BLOCK_M is 16 or 64 (16 while the
+    longest sequence's ``max_q_len * group`` rows fit in it), and BLOCK_D is the head dim rounded
+    up to a power of two, at least 16 (the columns past it are masked)."""
+    rows = max_q_len * group  # most (query, head) rows any sequence has
+    return (16 if rows <= 16 else 64), 64, max(16, _next_power_of_2(head_dim))
+
+
 def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
            *, scale: float | None = None) -> Tensor:
     """Ragged attention as one Triton launch (checked entry point). Shapes: see ``minibass.attention.base``."""
@@ -95,18 +110,22 @@ def ragged_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
     v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
 
     rows = meta.max_q_len * group  # most (query, head) rows any sequence has
-    block_m = 16 if rows <= 16 else 64  # tl.dot needs every tile dimension >= 16 on a GPU
-    block_n = 64
-    block_d = max(16, _next_power_of_2(head_dim))
-    upcast = on_cpu or q.dtype in (torch.float32, torch.float64)
+    block_m, block_n, block_d = tile_sizes(meta.max_q_len, group, head_dim)
+    # Half-precision tiles go into tl.dot as they are, on a GPU and in the interpreter alike, but for
+    # bfloat16 in the interpreter, whose bfloat16 arithmetic is unreliable: it computes in float32.
+    upcast = q.dtype in (torch.float32, torch.float64) or (on_cpu and q.dtype == torch.bfloat16)
     precision = "ieee"  # float32 stays float32: no TF32 unless the caller converts first
+    if q.dtype == torch.float64:  # a Python float reaches a compiled kernel as float32: scale q here instead
+        q, scale = q * scale, 1.0
     kernel = _Kernels.get(on_cpu)
     grid = (batch, n_kv_heads, -(-rows // block_m))  # ceil(rows / block_m) row blocks
-    kernel[grid](
-        q, k_cache, v_cache, out, meta.q_starts, meta.q_lens, meta.kv_lens, float(scale),
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        UPCAST=upcast, PRECISION=precision,
-    )
+    # Triton launches on the current CUDA device: make it q's (a no-op where it already is).
+    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+        kernel[grid](
+            q, k_cache, v_cache, out, meta.q_starts, meta.q_lens, meta.kv_lens, float(scale),
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            UPCAST=upcast, PRECISION=precision,
+        )
     return out

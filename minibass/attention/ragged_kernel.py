@@ -34,7 +34,7 @@ def ragged_attention_kernel(
     d_ok = offs_d < HEAD_DIM
     q = tl.load(Q + (q_start + q_idx)[:, None] * stride_qn + head[:, None] * stride_qh + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
-    if UPCAST:  # fp32/fp64 math (and the interpreter, whose bf16 arithmetic is unreliable)
+    if UPCAST:  # fp32/fp64 math (and bf16 in the interpreter, whose bf16 arithmetic is unreliable)
         q = q.to(O.dtype.element_ty if O.dtype.element_ty == tl.float64 else tl.float32)
     q_pos = kv_len - q_len + q_idx  # absolute position of each row's query
 
@@ -46,15 +46,17 @@ def ragged_attention_kernel(
     last_row = tl.minimum(m_block * BLOCK_M + BLOCK_M - 1, q_len * GROUP - 1) // GROUP
     hi = kv_len - q_len + last_row + 1  # keys beyond this are in every row's future
     # Offsets into the cache and the packed Q / O are 64-bit (q_start above too): b * stride_kb
-    # passes 2**31 for a cache of more than 2**31 elements per layer, where int32 would wrap.
+    # passes 2**31 for a cache of more than 2**31 elements per layer, where int32 would wrap, and so
+    # can a slot's offset in a cache laid out slot-major ([C, B, Hk, D] viewed as [B, Hk, C, D]).
     k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < kv_len
-        k = tl.load(k_base + offs_n[None, :] * stride_kc + offs_d[:, None],
+        slot = offs_n.to(tl.int64)
+        k = tl.load(k_base + slot[None, :] * stride_kc + offs_d[:, None],
                     mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
-        v = tl.load(v_base + offs_n[:, None] * stride_vc + offs_d[None, :],
+        v = tl.load(v_base + slot[:, None] * stride_vc + offs_d[None, :],
                     mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
         if UPCAST:
             k = k.to(acc_ty)

@@ -13,6 +13,12 @@ Two distributions over the next ``n`` tokens after a prompt, for a small vocabul
 Theorem (Leviathan et al. 2023, Appendix A.1): the two are equal. ``total_variation`` of the
 two is ~1e-16 for every pair of models; the tests check it for hypothesis-generated ones.
 
+The statement above proves the algorithm, not minibass's code for it. ``step_law`` and
+``one_step_distribution`` enumerate the code itself: the exact law of what a rejection step with
+its uniforms given (``rejection.accept_and_resample``, or any function of its signature) emits,
+read off the function by locating, to float64 resolution, the values of the uniforms where its
+output changes. With the target's own sampling after the step, that law must again be the target's.
+
 Both return a float64 tensor of shape [V] * n whose entry [t_1, ..., t_n] is the probability.
 Cost: O(V^n) model evaluations for the first, O((V^k)^rounds) paths for the second, memoised
 per context — meant for V <= 8, n <= 4.
@@ -20,6 +26,8 @@ per context — meant for V <= 8, n <= 4.
 
 from __future__ import annotations
 
+import itertools
+import math
 from functools import lru_cache
 
 import torch
@@ -46,22 +54,22 @@ def _check(prompt, n):
         raise ValueError(f"need a non-empty prompt and n >= 1, got prompt {prompt!r} and n={n}")
 
 
+def _sample_on(next_probs, out: Tensor, prefix: tuple[int, ...], mass: float) -> None:
+    """Adds to ``out`` ([V] * n) the mass of every way plain sampling continues ``prefix`` to n tokens."""
+    if len(prefix) == out.dim():
+        out[prefix] += mass
+        return
+    p = next_probs(prefix)
+    for t in torch.nonzero(p).flatten().tolist():
+        _sample_on(next_probs, out, prefix + (t,), mass * float(p[t]))
+
+
 def autoregressive_distribution(model, prompt: list[int], n: int,
                                 params: SamplingParams = SamplingParams()) -> Tensor:
     """Exact P(next n tokens) of plain sampling: float64 [V] * n."""
     _check(prompt, n)
-    next_probs = _next_probs_fn(model, prompt, params)
     out = torch.zeros((model.vocab_size,) * n, dtype=torch.float64)
-
-    def expand(prefix: tuple[int, ...], mass: float):
-        if len(prefix) == n:
-            out[prefix] += mass
-            return
-        p = next_probs(prefix)
-        for t in torch.nonzero(p).flatten().tolist():
-            expand(prefix + (t,), mass * float(p[t]))
-
-    expand((), 1.0)
+    _sample_on(_next_probs_fn(model, prompt, params), out, (), 1.0)
     return out
 
 
@@ -109,6 +117,106 @@ def speculative_distribution(target, draft, prompt: list[int], n: int, k: int,
                     emit(context + (y,), reject_mass * float(dist[y]))
 
     emit((), 1.0)
+    return out
+
+
+def shipped_step(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+    """minibass's rejection step in ``step_law``'s signature: u [N, k + 1], the last column for the next token."""
+    from .rejection import accept_and_resample
+
+    k = draft_tokens.shape[1]
+    return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k])
+
+
+def step_law(step_fn, draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
+             grid: int = 16) -> dict[tuple[int, ...], float]:
+    """The exact law of what ``step_fn`` emits in one step of one sequence, read off the code itself.
+
+    ``step_fn(draft_tokens [N, k], draft_probs [N, k, V], target_probs [N, k + 1, V], u [N, k + 1])
+    -> (num_accepted [N], next_tokens [N])`` is a rejection step with its uniforms given, ``u[:, :k]``
+    to accept the drafts with and ``u[:, k]`` for the next token (``shipped_step`` is minibass's).
+    Here ``draft_tokens`` [k], ``draft_probs`` [k, V], ``target_probs`` [k + 1, V] are one sequence's.
+
+    What it emits, x_1..x_n then y, is a function of the point u of the unit cube [0, 1)^(k + 1). A
+    threshold rule makes it constant on boxes: along each acceptance uniform the output changes at
+    one value (p/q for a correct rule), along the next token's uniform at the edges of its inverse
+    CDF, which depend on how many drafts were accepted. Those values are found on the function:
+    where its output differs between neighbours of a grid of ``grid`` points along one uniform, the
+    change is located by bisection down to adjacent float64 numbers (an edge is the first value of
+    the new output). The acceptance uniforms are cut with the others at 0, where every earlier draft
+    with any target mass is accepted; the next token's uniform within each box of those cuts. Each
+    box then adds its volume to the output at its centre, after the output is checked to be the same
+    near two opposite corners: a function that is not constant on the boxes raises ValueError.
+
+    Returns {(x_1, ..., x_n, y): probability}, summing to 1 to float64 rounding.
+    """
+    k, vocab = draft_probs.shape
+    zero = torch.zeros(k + 1, dtype=torch.float64)
+
+    def emitted(points: Tensor) -> list[tuple[int, ...]]:  # points [N, k + 1] -> what each emits
+        n = len(points)
+        num, nxt = step_fn(draft_tokens.expand(n, k), draft_probs.expand(n, k, vocab),
+                           target_probs.expand(n, k + 1, vocab), points)
+        return [tuple(draft_tokens[:a].tolist()) + (y,) for a, y in zip(num.tolist(), nxt.tolist())]
+
+    def along(base: Tensor, coord: int, values: list[float]) -> list[tuple[int, ...]]:
+        points = base.repeat(len(values), 1)
+        points[:, coord] = torch.tensor(values, dtype=torch.float64)
+        return emitted(points)
+
+    def edges(base: Tensor, coord: int) -> list[float]:
+        """The values of u[coord] in (0, 1) where the output changes, the other uniforms at ``base``."""
+        values = [i / grid for i in range(grid)] + [math.nextafter(1.0, 0.0)]
+        outs = along(base, coord, values)
+        found = []
+        for lo, hi, out_lo, out_hi in zip(values, values[1:], outs, outs[1:]):
+            while out_lo != out_hi:  # bisect to the first change, then look on beyond it
+                a, b = lo, hi
+                while (mid := (a + b) / 2) not in (a, b):
+                    if along(base, coord, [mid])[0] == out_lo:
+                        a = mid
+                    else:
+                        b = mid
+                found.append(b)
+                lo, out_lo = b, along(base, coord, [b])[0]
+        return found
+
+    def cuts(values: list[float]) -> list[tuple[float, float]]:
+        bounds = [0.0] + values + [1.0]
+        return list(zip(bounds, bounds[1:]))
+
+    law: dict[tuple[int, ...], float] = {}
+    for box in itertools.product(*(cuts(edges(zero, i)) for i in range(k))):
+        centre = torch.tensor([(a + b) / 2 for a, b in box] + [0.5], dtype=torch.float64)
+        for a_next, b_next in cuts(edges(centre, k)):
+            full = list(box) + [(a_next, b_next)]
+            lo, hi = torch.tensor(full, dtype=torch.float64).unbind(-1)  # (k + 1,), (k + 1,)
+            centre_out, *corners = emitted(torch.stack([(lo + hi) / 2, lo + (hi - lo) / 64, hi - (hi - lo) / 64]))
+            if any(c != centre_out for c in corners):
+                raise ValueError(f"step_fn's output is not constant on the box {full}: {centre_out} at its centre, "
+                                 f"{corners} near its corners")
+            law[centre_out] = law.get(centre_out, 0.0) + float((hi - lo).prod())
+    return law
+
+
+def one_step_distribution(step_fn, target, draft, prompt: list[int], k: int,
+                          params: SamplingParams = SamplingParams()) -> Tensor:
+    """Exact P(first k + 1 tokens) of one step of ``step_fn`` (``step_law``) with draft length k, continued by
+    plain sampling from the target to k + 1 tokens: float64 [V] * (k + 1). For an exact step this equals
+    ``autoregressive_distribution(target, prompt, k + 1, params)``. Cost: V^k drafts, each read by bisection;
+    meant for V <= 4, k <= 3."""
+    _check(prompt, k)
+    p_of = _next_probs_fn(target, prompt, params)
+    q_of = _next_probs_fn(draft, prompt, params)
+    out = torch.zeros((target.vocab_size,) * (k + 1), dtype=torch.float64)
+    for drafts in itertools.product(range(target.vocab_size), repeat=k):
+        mass = math.prod(float(q_of(drafts[:i])[x]) for i, x in enumerate(drafts))  # P(the draft samples them)
+        if mass == 0:
+            continue
+        q = torch.stack([q_of(drafts[:i]) for i in range(k)])  # (k, V)
+        p = torch.stack([p_of(drafts[:i]) for i in range(k + 1)])  # (k + 1, V)
+        for tokens, probability in step_law(step_fn, torch.tensor(drafts), q, p).items():
+            _sample_on(p_of, out, tokens, mass * probability)
     return out
 
 

@@ -9,14 +9,15 @@ import pytest
 import torch
 
 import minibass
-from minibass import SamplingParams, TableLM, exact, speculative
+from minibass import SamplingParams, TableLM, exact, oracle, speculative
 from minibass.draft_length import (BassDynamicDraftLength, CostAwareDraftLength, DraftCosts, FixedDraftLength,
-                                   PerSequenceDynamicDraftLength)
+                                   PerSequenceDynamicDraftLength, make_policy)
 from minibass.attention import triton_available
 from minibass.generate import IDLE
 from minibass.speculative import Phases
 from minibass.model import Decoder, ModelConfig
 from minibass.oracle import stats
+from minibass.sampling import stream_seed
 from conftest import hf_tiny
 
 ALPHA = 1e-6
@@ -233,6 +234,85 @@ def test_transformers_loaded_from_disk_emit_the_exact_target_distribution(transf
     assert pvalue > ALPHA
 
 
+# The tests above decode 3 tokens, so a step drafts at most 2 (the budget caps every draft): there
+# every policy drafts 2, then 1, then 0, and none of them chooses anything. These decode 8 tokens with
+# the oracle's generator check (each token's law given the one before, position by position), long
+# enough for each policy to grow and shrink its drafts, and check that it did: the lengths a policy
+# asks for are recorded before the budget caps them. BASS's dynamic length follows the batch's best
+# sequence, which in a batch of thousands always accepts everything, so it runs in batches of 8.
+ADAPTIVE = [  # (policy, sampling, batch size or None for all samples in one batch)
+    (4, SamplingParams(), None),
+    ("dynamic", SamplingParams(temperature=0.8, top_k=4), 8),  # warped on both sides, with lengths that move
+    ("per-sequence", SamplingParams(), None),
+    ("auto, fixed costs", SamplingParams(temperature=1.2, top_p=0.9), None),
+]
+
+
+class Recording:
+    """A draft-length policy that records the lengths it asks for (the longest of each step)."""
+
+    def __init__(self, name, asked):
+        self.policy = make_policy(CostAwareDraftLength(costs=DraftCosts(draft_call=0.05, verify_base=1.0,
+                                                                           verify_per_token=0.05))
+                                  if name == "auto, fixed costs" else name)  # timings would make runs differ
+        self.asked = asked
+
+    def lengths(self, active):
+        ks = self.policy.lengths(active)
+        self.asked.append(max(ks))
+        return ks
+
+    def __getattr__(self, name):  # update, start, observe_costs: the policy's own
+        return getattr(self.policy, name)
+
+
+def adaptive_engine(name, asked, batch=None, phases=Phases()):
+    """A ``check_generator`` engine: minibass over the oracle's pair, in batches of ``batch`` prompts, each
+    sample seeded as it would be in one batch of all."""
+    def generate(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
+        target, draft = minibass.load_model(target_dir), minibass.load_model(draft_dir)
+        tokens = []
+        for first in range(0, n_samples, batch or n_samples):
+            seeds = [stream_seed(seed, i) for i in range(first, min(first + (batch or n_samples), n_samples))]
+            result = minibass.speculative_generate(target, draft, [list(prompt)] * len(seeds), n_tokens,
+                                                   sampling=sampling, draft_length=Recording(name, asked), seed=seeds,
+                                                   attention="padded", phases=phases)
+            tokens += result.tokens
+        return tokens
+    return generate
+
+
+@pytest.mark.parametrize("name,params,batch", ADAPTIVE, ids=[str(a[0]) for a in ADAPTIVE])
+def test_every_draft_length_policy_emits_the_exact_target_distribution(name, params, batch):
+    asked = []
+    verdict = oracle.check_generator(adaptive_engine(name, asked, batch), n_tokens=8, samples=4000, sampling=params)
+    print(verdict, Counter(asked))
+    assert verdict.ok, str(verdict)
+    assert max(asked) >= 4, Counter(asked)  # drafts the 3-token tests cannot reach
+    assert name == 4 or len(set(asked)) >= 3, Counter(asked)  # and a policy that adapts, adapted
+
+
+def late_rows_shifted(drafts, q, p, draft_lens, active, streams):
+    """Draft positions 4 and beyond (and the bonus token after them) are checked against the row of p before
+    their own: a bug only a step that drafts 4 or more tokens can show."""
+    p = p.clone()
+    if p.shape[1] > 4:
+        p[:, 4:] = p[:, 3:-1].clone()
+    return speculative.accept_phase(drafts, q, p, draft_lens, active, streams)
+
+
+@pytest.mark.parametrize("name,batch", [(4, None), ("dynamic", 8)])
+def test_a_bug_past_the_third_draft_fails_the_adaptive_test(name, batch):
+    """The power of the test above where the 3-token tests have none: the same bug passes them."""
+    verdict = oracle.check_generator(adaptive_engine(name, [], batch, Phases(accept=late_rows_shifted)),
+                                     n_tokens=8, samples=4000)
+    assert not verdict.ok
+    target, draft = table_pair()
+    samples, _ = sample_main_prompt(target, draft, SamplingParams(), name, N_TABLE, 3, seed=1,
+                                    phases=Phases(accept=late_rows_shifted))
+    assert g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3)) > ALPHA
+
+
 # --- planted bugs -----------------------------------------------------------------------------------------
 # Each bug is a broken twin of one phase, handed to the loop through its documented seam
 # (``speculative_generate(..., phases=...)``), so a refactor of the loop cannot silently disarm these tests.
@@ -267,19 +347,37 @@ def stale_draft_probs():
     return draft
 
 
-PLANTED = {"rollback_one_short": lambda: Phases(rollback=rollback_one_short),
-           "bonus_from_wrong_position": lambda: Phases(accept=bonus_from_wrong_position),
-           "stale_draft_probs_after_rollback": lambda: Phases(draft=stale_draft_probs())}
+def target_unwarped(target, cache, history, seq_lens, drafts, draft_lens, active, sampling, attention):
+    """The target's p without the temperature, top-k and top-p the draft's q was warped with."""
+    return speculative.verify_phase(target, cache, history, seq_lens, drafts, draft_lens, active, SamplingParams(),
+                                    attention)
 
 
-@pytest.mark.parametrize("bug", sorted(PLANTED))
+WARPED = SamplingParams(temperature=0.7, top_k=3)
+PLANTED = {  # name: (the broken phases, the sampling they run with)
+    "rollback_one_short": (lambda: Phases(rollback=rollback_one_short), SamplingParams()),
+    "bonus_from_wrong_position": (lambda: Phases(accept=bonus_from_wrong_position), SamplingParams()),
+    "stale_draft_probs_after_rollback": (lambda: Phases(draft=stale_draft_probs()), SamplingParams()),
+    "warping_on_the_draft_only": (lambda: Phases(verify=target_unwarped), WARPED),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED) + ["none, temperature 1", "none, warped"])
 def test_each_planted_bug_breaks_the_distribution_test(bug):
+    """Draft length 2, 4 tokens. Each planted bug fails, also by the G-test over the events the target
+    allows (not only by emitting an impossible one); the loop without a bug, in the same setting, passes."""
     target, draft = table_pair()
-    params = SamplingParams()
-    samples, _ = sample_main_prompt(target, draft, params, 2, N_TABLE, 4, seed=1, phases=PLANTED[bug]())
-    pvalue = g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 4, params))
-    print(f"planted {bug}: p = {pvalue:.3g}")
-    assert pvalue < ALPHA
+    phases, params = PLANTED.get(bug, (Phases, WARPED if bug.endswith("warped") else SamplingParams()))
+    samples, _ = sample_main_prompt(target, draft, params, 2, N_TABLE, 4, seed=1, phases=phases())
+    exact_dist = exact.autoregressive_distribution(target, MAIN_PROMPT, 4, params)
+    possible, impossible = stats.split_impossible(Counter(samples), stats.table_events(exact_dist))
+    pvalue, possible_pvalue = g_test_pvalue(samples, exact_dist), g_test_pvalue(possible.elements(), exact_dist)
+    print(f"planted {bug}: p = {pvalue:.3g}, {sum(impossible.values())} impossible rows, "
+          f"p over the possible ones = {possible_pvalue:.3g}")
+    if bug.startswith("none"):
+        assert pvalue > ALPHA
+    else:
+        assert pvalue < ALPHA and possible_pvalue < ALPHA
 
 
 def forget_x_k_after_full_acceptance(draft, cache, history, seq_lens, draft_lens, *rest):

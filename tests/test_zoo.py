@@ -503,3 +503,30 @@ def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batc
     assert "the machine may have been busy while it was timed" in _reading([row(11.0)], rising, 8, 3)
     slightly = {**falling, 16: {"regular": 10.0, "verify": 15.5, "draft": 0.85}}  # a few percent up: no note
     assert "busy" not in _reading([row(11.0)], slightly, 8, 3)
+
+
+def test_grow_draft_adds_a_layer_that_changes_nothing_until_trained(tmp_path):
+    """scripts/grow_draft.py: the deeper draft has one more layer, minibass and transformers load it, and its
+    logits are the draft's own; a nonzero output projection in the new layer (what training does) changes them."""
+    from conftest import hf_tiny
+
+    hf_tiny("llama", seed=3).save_pretrained(tmp_path / "draft")
+    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "grow_draft.py"))
+    script["main"](["--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "grown")])
+    small = minibass.load_model(tmp_path / "draft", dtype=torch.float64)
+    grown = minibass.load_model(tmp_path / "grown", dtype=torch.float64)
+    assert len(grown.model.layers) == len(small.model.layers) + 1
+
+    def logits(model):
+        tokens = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+        return model(tokens, torch.tensor([len(tokens)]), model.init_cache(1, 16), attention="naive")
+
+    torch.testing.assert_close(logits(grown), logits(small), rtol=0, atol=1e-12)
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "grown", dtype=torch.float64)
+    torch.testing.assert_close(hf(torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])).logits[0], logits(small), rtol=0,
+                               atol=FP32_TOL)  # (transformers keeps its rotary tables in float32)
+    with torch.no_grad():
+        grown.model.layers[-1].mlp.down_proj.weight.normal_()
+    assert (logits(grown) - logits(small)).abs().max() > 1e-3

@@ -19,7 +19,8 @@ its uniforms given (``rejection.accept_and_resample``, or any function of its si
 read off the function by locating, to float64 resolution, the values of the uniforms where its
 output changes. With the target's own sampling after the step, that law must again be the target's.
 
-Both return a float64 tensor of shape [V] * n whose entry [t_1, ..., t_n] is the probability.
+The two distributions above (and ``one_step_distribution``) are float64 tensors of shape [V] * n whose
+entry [t_1, ..., t_n] is the probability.
 Cost: O(V^n) model evaluations for the first, O((V^k)^rounds) paths for the second, memoised
 per context — meant for V <= 8, n <= 4.
 """
@@ -145,12 +146,20 @@ def step_law(step_fn, draft_tokens: Tensor, draft_probs: Tensor, target_probs: T
     change is located by bisection down to adjacent float64 numbers (an edge is the first value of
     the new output). The acceptance uniforms are cut with the others at 0, where every earlier draft
     with any target mass is accepted; the next token's uniform within each box of those cuts. Each
-    box then adds its volume to the output at its centre, after the output is checked to be the same
-    near two opposite corners: a function that is not constant on the boxes raises ValueError.
+    box [lo, hi) then adds its volume to the output at its centre, after a spot check that the
+    output is the same at every corner of the box (lo or the float below hi, per uniform): a
+    function that is not constant there raises ValueError. A spot check, not a proof: a change
+    strictly inside a box, between grid points and away from its corners, goes unseen. A threshold
+    rule has none, and the shipped step is one by construction (``rejection.accept_and_resample``).
 
     Returns {(x_1, ..., x_n, y): probability}, summing to 1 to float64 rounding.
     """
     k, vocab = draft_probs.shape
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
+        raise ValueError(f"grid must be an int >= 1, got {grid!r}")
+    if draft_tokens.shape != (k,) or target_probs.shape != (k + 1, vocab):
+        raise ValueError(f"need draft_tokens [k], draft_probs [k, V], target_probs [k + 1, V] for one sequence; got "
+                         f"{tuple(draft_tokens.shape)}, {tuple(draft_probs.shape)}, {tuple(target_probs.shape)}")
     zero = torch.zeros(k + 1, dtype=torch.float64)
 
     def emitted(points: Tensor) -> list[tuple[int, ...]]:  # points [N, k + 1] -> what each emits
@@ -185,17 +194,21 @@ def step_law(step_fn, draft_tokens: Tensor, draft_probs: Tensor, target_probs: T
         bounds = [0.0] + values + [1.0]
         return list(zip(bounds, bounds[1:]))
 
+    def inside(a: float, b: float) -> float:  # a point of [a, b): the centre, unless it rounds onto b
+        return min((a + b) / 2, math.nextafter(b, a))
+
     law: dict[tuple[int, ...], float] = {}
     for box in itertools.product(*(cuts(edges(zero, i)) for i in range(k))):
-        centre = torch.tensor([(a + b) / 2 for a, b in box] + [0.5], dtype=torch.float64)
+        centre = torch.tensor([inside(a, b) for a, b in box] + [0.5], dtype=torch.float64)
         for a_next, b_next in cuts(edges(centre, k)):
             full = list(box) + [(a_next, b_next)]
-            lo, hi = torch.tensor(full, dtype=torch.float64).unbind(-1)  # (k + 1,), (k + 1,)
-            centre_out, *corners = emitted(torch.stack([(lo + hi) / 2, lo + (hi - lo) / 64, hi - (hi - lo) / 64]))
+            ends = [(a, math.nextafter(b, a)) for a, b in full]  # the first and the last float of each [a, b)
+            points = [[inside(a, b) for a, b in full]] + [list(c) for c in itertools.product(*ends)]
+            centre_out, *corners = emitted(torch.tensor(points, dtype=torch.float64))
             if any(c != centre_out for c in corners):
                 raise ValueError(f"step_fn's output is not constant on the box {full}: {centre_out} at its centre, "
-                                 f"{corners} near its corners")
-            law[centre_out] = law.get(centre_out, 0.0) + float((hi - lo).prod())
+                                 f"{sorted(set(corners) - {centre_out})} at some of its corners")
+            law[centre_out] = law.get(centre_out, 0.0) + math.prod(b - a for a, b in full)
     return law
 
 
@@ -205,7 +218,9 @@ def one_step_distribution(step_fn, target, draft, prompt: list[int], k: int,
     plain sampling from the target to k + 1 tokens: float64 [V] * (k + 1). For an exact step this equals
     ``autoregressive_distribution(target, prompt, k + 1, params)``. Cost: V^k drafts, each read by bisection;
     meant for V <= 4, k <= 3."""
-    _check(prompt, k)
+    _check(prompt, k + 1)
+    if k < 1:
+        raise ValueError(f"draft length k must be >= 1, got {k}")
     p_of = _next_probs_fn(target, prompt, params)
     q_of = _next_probs_fn(draft, prompt, params)
     out = torch.zeros((target.vocab_size,) * (k + 1), dtype=torch.float64)

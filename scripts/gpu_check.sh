@@ -43,12 +43,12 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
 
 want() { [[ " ${STEPS:-sync tests attention speculative decode course} " == *" $1 "* ]]; }
 want sync && step sync 40 python scripts/gpu_sync_check.py
-want tests && step tests 150 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
+want tests && step tests 170 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
 want attention && step attention-cuda 75 python -m minibass.bench attention --device cuda --reps 10 \
     --out "$RESULTS/attention-cuda.json" --plot "$RESULTS/attention-cuda.png"
 want speculative && step speculative-cuda 95 python -m minibass.bench speculative --device cuda --batch-sizes 1 4 16 \
     --backends padded ragged --out "$RESULTS/speculative-cuda.json" --plot "$RESULTS/speculative-cuda.png"
 want decode && step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --reps 3 \
     --backends default padded split ragged --out "$RESULTS/decode-cuda.json"
-want course && MINIBASS_COURSE_FAST=1 step course-10 45 python tutorial/10_speedups.py
+want course && MINIBASS_COURSE_FAST=1 step course-10 40 python tutorial/10_speedups.py
 echo "all steps done in $(( $(date +%s) - started )) s"

@@ -3,7 +3,7 @@
     python scripts/grow_draft.py --draft minibass/zoo/demo/draft --out build/draft-grown
 
 The new last layer starts as a copy of the draft's last layer with its two output projections
-(attention's ``o_proj``, the MLP's ``down_proj``) set to zero: it adds nothing to the residual
+(attention's ``o_proj``, the MLP's ``down_proj``, biases included) set to zero: it adds nothing to the residual
 stream, so the deeper draft's logits are the draft's own, until training moves them. Then
 ``python -m minibass.zoo.train --draft-from OUT ...`` goes on distilling it; what it gains over more
 training of the draft itself is the layer's doing. The folder is written in float32, with the
@@ -26,8 +26,10 @@ def grow(model):
     layer = copy.deepcopy(grown.model.layers[-1])
     layer.self_attn.layer_idx = len(grown.model.layers)
     with torch.no_grad():
-        layer.self_attn.o_proj.weight.zero_()
-        layer.mlp.down_proj.weight.zero_()
+        for projection in (layer.self_attn.o_proj, layer.mlp.down_proj):
+            projection.weight.zero_()
+            if projection.bias is not None:
+                projection.bias.zero_()
     grown.model.layers.append(layer)
     grown.config.num_hidden_layers += 1
     if getattr(grown.config, "layer_types", None):

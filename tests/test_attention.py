@@ -153,7 +153,7 @@ BAD_INPUTS = [
     ("total_q", lambda q, k, v, ql, kl: (q[:-1], k, v, ql, kl), "total_q"),
     ("dtype", lambda q, k, v, ql, kl: (q.double(), k, v, ql, kl), "share one dtype"),
     ("float8", lambda q, k, v, ql, kl: (q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn),
-                                        v.to(torch.float8_e4m3fn), ql, kl), "float16, bfloat16, float32 and float64"),
+                                        v.to(torch.float8_e4m3fn), ql, kl), "one of float16, bfloat16, float32 or float64"),
     ("head_dim 0", lambda q, k, v, ql, kl: (q[..., :0], k[..., :0], v[..., :0], ql, kl), "head_dim must be >= 1"),
     ("scale inf", lambda q, k, v, ql, kl: (q, k, v, ql, kl, float("inf")), "finite float"),
     ("scale nan", lambda q, k, v, ql, kl: (q, k, v, ql, kl, float("nan")), "finite float"),

@@ -28,16 +28,23 @@ def test_backends_on_cuda_match_the_float64_specification(name, case, dtype):
                                                dtype=dtype, device="cuda"))
 
 
-@pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_the_oracle_passes_every_backend_on_cuda(name):
+@pytest.mark.parametrize("dtypes,head_dims", [((torch.float32, torch.float16, torch.bfloat16, torch.float64), None),
+                                               ((torch.float16, torch.bfloat16), 256)], ids=["every-dtype", "d256"])
+def test_the_oracle_passes_the_compiled_kernel(dtypes, head_dims):
     """The oracle's grid, random cases and large scores (which the hypothesis draws above do not reach) on the
-    compiled kernel, in every dtype, at the head dims the CPU suite uses and at 256."""
+    compiled kernel: every dtype at the head dims the CPU suite uses (float64 included: its scale must not travel
+    as a float32 scalar), and the half-precision dtypes at head dim 256, the largest tile (BLOCK_D = 256)."""
     from minibass import oracle
 
-    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-    for head_dims in (None, 256):
-        verdict = oracle.check_attention(BACKENDS[name], dtypes=dtypes, device="cuda", cases=60, head_dims=head_dims)
-        assert verdict.ok, str(verdict)
+    verdict = oracle.check_attention(BACKENDS["ragged"], dtypes=dtypes, device="cuda", cases=40, head_dims=head_dims)
+    assert verdict.ok, str(verdict)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_ragged_launches_on_the_device_of_its_tensors():
+    """Tensors on cuda:1 while cuda:0 is current: Triton launches on the current device unless told."""
+    torch.cuda.set_device(0)
+    assert_matches_reference("ragged", *make_batch([1, 3, 2], [40, 97, 5], 8, 2, 64, device="cuda:1"))
 
 
 def test_default_backend_on_cuda_is_the_compiled_kernel():

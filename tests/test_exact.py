@@ -124,8 +124,20 @@ def test_the_step_enumeration_tells_each_known_bug_from_an_exact_step(bug):
     assert exact.total_variation(reference, broken) > 1e-3
 
 
+def test_step_law_reads_boxes_a_few_floats_wide():
+    """A token of mass 2.2e-16 between two others (and a draft that never proposes it): its box along the next
+    token's uniform is about two floats wide, and its corners are read as they are, not rounded onto the next box."""
+    target = TableLM.from_probs(torch.tensor([[0.5, 2.22e-16, 0.5]], dtype=torch.float64))
+    draft = TableLM.from_probs(torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64))
+    for k in (1, 2):
+        reference = exact.autoregressive_distribution(target, [0], k + 1)
+        shipped = exact.one_step_distribution(exact.shipped_step, target, draft, [0], k)
+        assert exact.total_variation(reference, shipped) <= TV_BOUND
+
+
 def test_step_law_refuses_a_step_whose_output_is_not_a_threshold_rule():
-    """A step whose output flips back and forth within a box of the cuts it found raises instead of guessing."""
+    """A step whose output differs between the corners of a box of the cuts it found raises instead of
+    guessing. (A spot check: this one is seen at the box's last corner, u_next just below 1.)"""
     def striped(draft_tokens, draft_probs, target_probs, u):  # the next token alternates on stripes of u_next
         n = torch.zeros(len(u), dtype=torch.long)
         return n, ((u[:, 1] * 64).long() + (u[:, 0] > 0.5).long() * (u[:, 1] > 0.3).long()) % 2

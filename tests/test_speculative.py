@@ -266,9 +266,12 @@ class Recording:
         return getattr(self.policy, name)
 
 
-def adaptive_engine(name, asked, batch=None, phases=Phases()):
+def adaptive_engine(name, asked, batch=None, phases=Phases(), drafted=None):
     """A ``check_generator`` engine: minibass over the oracle's pair, in batches of ``batch`` prompts, each
-    sample seeded as it would be in one batch of all."""
+    sample seeded as it would be in one batch of all. ``asked``: the lengths the policy asks for, before the
+    budget caps them; ``drafted``: those drafted (each step's longest)."""
+    drafted = [] if drafted is None else drafted
+
     def generate(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed):
         target, draft = minibass.load_model(target_dir), minibass.load_model(draft_dir)
         tokens = []
@@ -278,23 +281,25 @@ def adaptive_engine(name, asked, batch=None, phases=Phases()):
                                                    sampling=sampling, draft_length=Recording(name, asked), seed=seeds,
                                                    attention="padded", phases=phases)
             tokens += result.tokens
+            drafted.extend(result.stats.draft_lengths)
         return tokens
     return generate
 
 
 @pytest.mark.parametrize("name,params,batch", ADAPTIVE, ids=[str(a[0]) for a in ADAPTIVE])
 def test_every_draft_length_policy_emits_the_exact_target_distribution(name, params, batch):
-    asked = []
-    verdict = oracle.check_generator(adaptive_engine(name, asked, batch), n_tokens=8, samples=4000, sampling=params)
-    print(verdict, Counter(asked))
+    asked, drafted = [], []
+    verdict = oracle.check_generator(adaptive_engine(name, asked, batch, drafted=drafted), n_tokens=8, samples=4000,
+                                     sampling=params)
+    print(verdict, Counter(asked), Counter(drafted))
     assert verdict.ok, str(verdict)
-    assert max(asked) >= 4, Counter(asked)  # drafts the 3-token tests cannot reach
+    assert max(drafted) >= 4, Counter(drafted)  # drafts the 3-token tests cannot reach
     assert name == 4 or len(set(asked)) >= 3, Counter(asked)  # and a policy that adapts, adapted
 
 
 def late_rows_shifted(drafts, q, p, draft_lens, active, streams):
-    """Draft positions 4 and beyond (and the bonus token after them) are checked against the row of p before
-    their own: a bug only a step that drafts 4 or more tokens can show."""
+    """The rows of p from the fifth on (draft 5 and later, and the bonus token after 4 drafts) are replaced by the
+    row before: a bug only a step that drafts 4 or more tokens can show."""
     p = p.clone()
     if p.shape[1] > 4:
         p[:, 4:] = p[:, 3:-1].clone()
@@ -302,15 +307,17 @@ def late_rows_shifted(drafts, q, p, draft_lens, active, streams):
 
 
 @pytest.mark.parametrize("name,batch", [(4, None), ("dynamic", 8)])
-def test_a_bug_past_the_third_draft_fails_the_adaptive_test(name, batch):
-    """The power of the test above where the 3-token tests have none: the same bug passes them."""
+def test_a_bug_that_needs_four_drafts_fails_the_adaptive_test(name, batch):
+    """The power of the test above where the 3-token tests have none: there no step drafts more than 2, so the
+    bug never runs. Here the fifth token, the first that can come from the broken row, fails its test."""
     verdict = oracle.check_generator(adaptive_engine(name, [], batch, Phases(accept=late_rows_shifted)),
                                      n_tokens=8, samples=4000)
-    assert not verdict.ok
+    print(verdict)
+    failed = {c.name for c in verdict.failures()}
+    assert "token 5 | token 4" in failed and not {"runs", "output", "continuations returned"} & failed
     target, draft = table_pair()
-    samples, _ = sample_main_prompt(target, draft, SamplingParams(), name, N_TABLE, 3, seed=1,
-                                    phases=Phases(accept=late_rows_shifted))
-    assert g_test_pvalue(samples, exact.autoregressive_distribution(target, MAIN_PROMPT, 3)) > ALPHA
+    three = minibass.speculative_generate(target, draft, [MAIN_PROMPT] * 8, 3, draft_length=name, seed=1)
+    assert max(three.stats.draft_lengths) == 2
 
 
 # --- planted bugs -----------------------------------------------------------------------------------------

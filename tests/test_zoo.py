@@ -505,12 +505,18 @@ def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batc
     assert "busy" not in _reading([row(11.0)], slightly, 8, 3)
 
 
-def test_grow_draft_adds_a_layer_that_changes_nothing_until_trained(tmp_path):
+@pytest.mark.parametrize("biases", [False, True])
+def test_grow_draft_adds_a_layer_that_changes_nothing_until_trained(tmp_path, biases):
     """scripts/grow_draft.py: the deeper draft has one more layer, minibass and transformers load it, and its
     logits are the draft's own; a nonzero output projection in the new layer (what training does) changes them."""
     from conftest import hf_tiny
 
-    hf_tiny("llama", seed=3).save_pretrained(tmp_path / "draft")
+    model = hf_tiny("llama", seed=3, attention_bias=biases, mlp_bias=biases)
+    with torch.no_grad():  # (biases start at zero)
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias"):
+                parameter.normal_(0, 0.1)
+    model.save_pretrained(tmp_path / "draft")
     script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "grow_draft.py"))
     script["main"](["--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "grown")])
     small = minibass.load_model(tmp_path / "draft", dtype=torch.float64)

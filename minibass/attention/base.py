@@ -10,8 +10,8 @@ Public signature, checked on every call:
     v_cache  [B, Hk, C, D]
     q_lens   int [B]           new tokens per sequence (0 = idle this step), q_lens <= kv_lens
     kv_lens  int [B]           valid cache length per sequence, kv_lens <= C
-    scale    float or None     softmax scale, default D ** -0.5
-    returns  [total_q, H, D]   in q's dtype
+    scale    float or None     softmax scale (finite), default D ** -0.5
+    returns  [total_q, H, D]   in q's dtype: float16, bfloat16, float32 or float64, shared by q, k_cache, v_cache
 
 Query i of sequence b sits at absolute position kv_lens[b] - q_lens[b] + i and attends to keys
 0 ..= that position (causal, aligned to the bottom right). Query head h reads kv head
@@ -136,7 +136,7 @@ def check_inputs(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache shape {tuple(v_cache.shape)} must equal k_cache shape {tuple(k_cache.shape)}")
     if q.dtype not in DTYPES or q.dtype != k_cache.dtype or q.dtype != v_cache.dtype:
-        raise ValueError(f"q, k_cache, v_cache must share one dtype of float16, bfloat16, float32 and float64, "
+        raise ValueError(f"q, k_cache, v_cache must share one dtype, one of float16, bfloat16, float32 or float64, "
                          f"got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, n_kv_heads, capacity, head_dim = k_cache.shape
     if head_dim == 0:

@@ -54,7 +54,10 @@ def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, h
     h, d, e = n_heads, head_dim, bytes_per_element
     group = n_heads // n_kv_heads
     tile_m, tile_n, tile_d = tile_sizes(max(q_lens, default=0), group, head_dim)
-    block_m, block_n = block_m or tile_m, block_n or tile_n
+    block_m = tile_m if block_m is None else block_m
+    block_n = tile_n if block_n is None else block_n
+    if block_m < 1 or block_n < 1:
+        raise ValueError(f"block_m and block_n must be >= 1, got {block_m} and {block_n}")
     active = [(q, kv) for q, kv in zip(q_lens, kv_lens) if q > 0]
     useful = sum(4 * h * d * (q * (kv - q) + q * (q + 1) // 2) for q, kv in active)
     rect = sum(4 * h * d * q * kv for q, kv in active)

@@ -39,17 +39,19 @@ def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
     """Ragged attention computed on padded tensors (checked entry point). Shapes: see ``minibass.attention.base``."""
     meta, scale = check_inputs(q, k_cache, v_cache, q_lens, kv_lens, scale)
     if meta.has_stale_slots and _broadcast(v_cache):  # zeroing a stale slot would zero a shared valid one
-        v_cache = v_cache.contiguous()
+        v_cache = v_cache[:, :, :meta.max_kv_len].contiguous()  # the slots PAD reads, each its own memory
     return padded_forward(q, k_cache, v_cache, meta, scale)
 
 
 def _broadcast(t: Tensor) -> bool:
-    """Whether a dimension of ``t`` longer than 1 has stride 0 (``expand``): one element in several places."""
+    """Whether a dimension of ``t`` longer than 1 has stride 0 (``expand``): one element in several places.
+    (Other overlapping layouts, made with ``as_strided``, are not looked for.)"""
     return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
 
 
 def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
-    """BASS-PAD on already-checked inputs; Tq and Tk come from the host maxima in ``meta``."""
+    """BASS-PAD on already-checked inputs; Tq and Tk come from the host maxima in ``meta``. Zeroes the stale
+    slots of ``v_cache`` in place: give it a V whose slots are each their own memory (the decoder's cache is)."""
     batch, n_kv_heads, _, head_dim = k_cache.shape
     total_q, n_heads, _ = q.shape
     group = n_heads // n_kv_heads

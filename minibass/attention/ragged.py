@@ -45,7 +45,7 @@ import contextlib
 import torch
 from torch import Tensor
 
-from .base import AttentionMetadata, check_inputs
+from .base import DTYPES, AttentionMetadata, check_inputs
 
 
 class _Kernels:
@@ -96,7 +96,7 @@ def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens:
 
 def ragged_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
     """One kernel launch on already-checked inputs; the grid comes from the host maxima in ``meta``."""
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    if q.dtype not in DTYPES:
         raise ValueError(f"q dtype must be float16, bfloat16, float32 or float64 for 'ragged', got {q.dtype}")
     on_cpu = q.device.type == "cpu"
     batch, n_kv_heads, _, head_dim = k_cache.shape

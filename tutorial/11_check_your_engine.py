@@ -74,11 +74,15 @@ plt.show()
 # `accept iff u < p/q`:
 
 # %%
+import transformers
+
+print(f"transformers {transformers.__version__}")
 print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 
 # %% [markdown]
-# It fails there: transformers accepts when `u ≤ p/q`, so a draft token with `p(x) = 0` is accepted
-# when `u` is exactly 0. Leviathan et al.'s Algorithm 1 is written the same way, and for a
+# Up to version 5.24 it fails there: transformers accepted when `u ≤ p/q`, so a draft token with
+# `p(x) = 0` was accepted when `u` is exactly 0. Version 5.25 tests `u < p/q` and passes (the
+# version is printed above the verdict). Leviathan et al.'s Algorithm 1 is written the `≤` way, and for a
 # continuous uniform the two rules agree with probability 1; but real uniforms are discrete, drawn
 # from [0, 1), and 0 comes up about once in 2²⁴ (float32) or 2⁵³ (float64) draws. Only `u < p/q`
 # never accepts an impossible token: a rare deviation, which only a probe with given uniforms shows.

@@ -159,7 +159,8 @@ SAMPLERS = {f.__name__: f for f in (
 def accepts_at_u_zero(draft_tokens, draft_probs, target_probs, u_accept, u_next):
     """Acceptance tested as u <= p/q instead of u < p/q: with u drawn from [0, 1), u == 0 accepts a
     draft token the target gives probability 0 (about 2^-24 per float32 draw: invisible to any
-    sampling test). transformers' ``_speculative_sampling`` tests ``r_i <= probability_ratio``."""
+    sampling test). transformers' ``_speculative_sampling`` tested ``r_i <= probability_ratio`` up to 5.24; 5.25 tests
+    ``r_i < probability_ratio``."""
     p, q = target_probs.double(), draft_probs.double()
     k = draft_tokens.shape[1]
     p_x = p[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1)

@@ -34,6 +34,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from .rejection import accept_and_resample
 from .sampling import SamplingParams, probs
 
 
@@ -123,8 +124,6 @@ def speculative_distribution(target, draft, prompt: list[int], n: int, k: int,
 
 def shipped_step(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
     """minibass's rejection step in ``step_law``'s signature: u [N, k + 1], the last column for the next token."""
-    from .rejection import accept_and_resample
-
     k = draft_tokens.shape[1]
     return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k])
 

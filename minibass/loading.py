@@ -3,7 +3,7 @@
 Only ``config.json``, ``model.safetensors.index.json`` (if sharded) and ``*.safetensors`` are read;
 nothing is ever unpickled. A config that asks for something the decoder does not compute (another
 architecture, another activation, an unknown rope scaling, quantisation) is refused instead of being
-run approximately.
+run approximately, and so is one that transformers 4 and 5 would read differently.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from .attention.base import DTYPES
 from .model import Decoder, ModelConfig, rope_inv_freq
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -32,40 +33,107 @@ def checkpoint_names(name: str) -> tuple[str, ...]:
     return (name,)
 
 
+# transformers' defaults for fields a config.json may leave out, where the three families differ.
+DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768}
+DEFAULT_WINDOW = 4096  # Mistral's sliding window, and Qwen2's when use_sliding_window is on
+DEFAULT_THETA = 10000.0
+REQUIRED_SCALING_FIELDS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
 def _rope_settings(raw: dict) -> tuple[float, dict | None]:
-    """(rope_theta, rope_scaling) from a transformers 4.x (rope_theta/rope_scaling) or 5.x (rope_parameters) config."""
-    params = raw.get("rope_parameters")
-    if isinstance(params, dict) and "rope_theta" in params:  # transformers >= 5
-        scaling = dict(params)
-        theta = float(scaling.pop("rope_theta"))
+    """(rope_theta, rope_scaling) of a config, read as transformers reads it.
+
+    transformers 5 takes the rotation from ``rope_scaling`` when the config has one, else from
+    ``rope_parameters``; the theta is that dict's ``rope_theta``, else the top-level one, else 10000.
+    transformers 4 reads only ``rope_scaling`` and the top-level ``rope_theta``. A config on which
+    the two would rotate differently, or whose fields contradict each other, is refused.
+    """
+    top_theta = raw.get("rope_theta")
+    legacy, params = raw.get("rope_scaling"), raw.get("rope_parameters")
+    if legacy is not None:
+        scaling = _spelled_out(legacy, "rope_scaling")
+        inner = scaling.pop("rope_theta", None)
+        if inner is not None and float(inner) != float(top_theta or DEFAULT_THETA):
+            raise ValueError(f"config.json's rope_scaling has rope_theta {inner}, the top level {top_theta}: "
+                             "transformers 5 uses the first, transformers 4 the second; keep one")
+        theta = float(inner if inner is not None else top_theta or DEFAULT_THETA)
+        _supported(scaling)  # an unsupported type is the first thing to say
+        if params is not None:
+            other = _spelled_out(params, "rope_parameters")
+            if float(other.pop("rope_theta", None) or top_theta or DEFAULT_THETA) != theta or other != scaling:
+                raise ValueError(f"config.json has both rope_scaling ({legacy}) and rope_parameters ({params}), "
+                                 "and they differ: transformers reads rope_scaling and ignores rope_parameters, "
+                                 "its rope_theta included; remove the one that is not meant")
+    elif params is not None:  # transformers >= 5
+        scaling = _spelled_out(params, "rope_parameters")
+        theta = float(scaling.pop("rope_theta", None) or top_theta or DEFAULT_THETA)
     else:
-        theta = float(raw.get("rope_theta", 10000.0))
-        scaling = dict(raw.get("rope_scaling") or {})
-    if "type" in scaling and "rope_type" not in scaling:  # older spelling
-        scaling["rope_type"] = scaling.pop("type")
-    kind = scaling.get("rope_type", "default")
+        theta, scaling = float(top_theta or DEFAULT_THETA), {}
+    kind = _supported(scaling)
     if kind == "default":
         return theta, None
-    if kind not in ("linear", "llama3"):
-        raise ValueError(f"rope scaling {kind!r} is not implemented by minibass (supported: default, linear, "
-                         f"llama3); refusing to load rather than compute different logits")
+    missing = [field for field in REQUIRED_SCALING_FIELDS[kind] if field not in scaling]
+    if missing:
+        raise ValueError(f"config.json's {kind} rope scaling lacks {', '.join(missing)}")
+    if kind == "llama3":  # the pre-training length: transformers 5 prefers a top-level value (as Phi-3 writes it)
+        top, inner = raw.get("original_max_position_embeddings"), scaling.get("original_max_position_embeddings")
+        if top is not None and inner is not None and int(top) != int(inner):
+            raise ValueError(f"config.json gives original_max_position_embeddings twice, {top} at the top level "
+                             f"and {inner} in the rope scaling: transformers 5 uses the first, transformers 4 "
+                             "the second; keep one")
+        fallback = raw.get("max_position_embeddings", DEFAULT_MAX_POSITIONS[raw["model_type"]])
+        scaling["original_max_position_embeddings"] = int(top if top is not None else inner if inner is not None
+                                                          else fallback)
     return theta, scaling
 
 
+def _supported(scaling: dict) -> str:
+    """The rope type of a spelled-out rope dict, if the decoder computes it."""
+    kind = scaling.get("rope_type", "default")
+    if kind != "default" and kind not in REQUIRED_SCALING_FIELDS:
+        raise ValueError(f"rope scaling {kind!r} is not implemented by minibass (supported: default, linear, "
+                         f"llama3); refusing to load rather than compute different logits")
+    return kind
+
+
+def _spelled_out(scaling, field: str) -> dict:
+    """A copy of a rope dict with the older key ``type`` spelled ``rope_type`` (which wins where both are)."""
+    if not isinstance(scaling, dict):
+        raise ValueError(f"config.json's {field} must be an object, got {scaling!r}")
+    scaling = dict(scaling)
+    kind = scaling.pop("type", "default")
+    scaling.setdefault("rope_type", kind)
+    return scaling
+
+
 def _window(raw: dict) -> int | None:
-    """The sliding-attention window this config really uses, or None."""
+    """The sliding-attention window this config really uses, or None, as transformers reads it.
+
+    ``raw`` still holds its null fields: a ``sliding_window`` of null means no window, where an absent
+    one means transformers' default of 4096. Llama has no sliding window (transformers ignores the key);
+    Mistral slides in every layer; Qwen2 only with ``use_sliding_window``, and only in the layers that
+    ``layer_types`` marks (by default those from ``max_window_layers`` on).
+    """
     model_type = raw["model_type"]
-    window = raw.get("sliding_window")
-    if model_type == "qwen2" and not raw.get("use_sliding_window", False):
+    window = raw.get("sliding_window", DEFAULT_WINDOW)
+    if model_type == "llama" or window is None:
         return None
-    layer_types = raw.get("layer_types")
-    if layer_types is not None and "sliding_attention" not in layer_types and model_type != "mistral":
-        return None
-    return int(window) if window else None
+    if model_type == "qwen2":
+        if not raw.get("use_sliding_window"):
+            return None
+        layer_types = raw.get("layer_types")
+        if layer_types is None:
+            first_sliding = raw.get("max_window_layers")
+            if int(raw.get("num_hidden_layers") or 0) <= int(28 if first_sliding is None else first_sliding):
+                return None
+        elif "sliding_attention" not in layer_types:
+            return None
+    return int(window)
 
 
 def config_from_hf(raw: dict) -> ModelConfig:
     """Translates a Hugging Face ``config.json`` dict into a ``ModelConfig``, refusing what the decoder cannot do."""
+    window = _window(raw) if raw.get("model_type") in SUPPORTED_MODEL_TYPES else None  # reads null fields too
     raw = {key: value for key, value in raw.items() if value is not None}  # a null field is a missing one
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -77,8 +145,7 @@ def config_from_hf(raw: dict) -> ModelConfig:
     if raw.get("quantization_config"):
         raise ValueError("quantized checkpoints (quantization_config) are not supported; load the full-precision weights")
     theta, scaling = _rope_settings(raw)
-    max_pos = int(raw.get("max_position_embeddings", 2048))
-    window = _window(raw)
+    max_pos = int(raw.get("max_position_embeddings", DEFAULT_MAX_POSITIONS[model_type]))
     if window is not None and window < max_pos:
         # Sliding-window attention only differs from full attention once a sequence is longer
         # than the window, so the decoder is exact up to `window` tokens and refuses beyond.
@@ -134,18 +201,19 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _dtype(dtype) -> torch.dtype:
-    """A floating torch dtype from a dtype or its name ("bfloat16", "torch.float16"); default float32."""
+    """One of the dtypes the decoder computes in, from a dtype or its name ("bfloat16", "torch.float16");
+    default float32."""
     if dtype is None:
         return torch.float32
     named = getattr(torch, dtype.removeprefix("torch."), None) if isinstance(dtype, str) else dtype
-    if not isinstance(named, torch.dtype) or not named.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point torch dtype or its name (e.g. torch.bfloat16 or "
+    if named not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(str(d) for d in DTYPES)} or its name (e.g. "
                          f"'bfloat16'), got {dtype!r}")
     return named
 
 
 def _device(device) -> torch.device:
-    """A torch device from a device or its name; default CPU. CUDA must be there to be asked for."""
+    """A torch device from a device or its name; default CPU. The device must be one this PyTorch can use."""
     try:
         device = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as e:
@@ -157,6 +225,14 @@ def _device(device) -> torch.device:
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"device {str(device)!r} asked for, but this machine has {torch.cuda.device_count()} "
                          "CUDA device(s)")
+    if device.type == "meta":
+        raise ValueError("device 'meta' holds shapes, not weights: a model loaded there cannot compute")
+    if device.type not in ("cpu", "cuda"):  # mps, xpu, ...: asked before any weight is read
+        try:
+            torch.empty(0, device=device)
+        except Exception as e:  # each backend fails its own way (NotImplementedError, AssertionError, ...)
+            raise ValueError(f"device {str(device)!r} asked for, but this PyTorch ({torch.__version__}) cannot "
+                             f"use it: {str(e).splitlines()[0]}") from None
     return device
 
 

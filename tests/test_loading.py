@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -105,8 +106,8 @@ def test_dtype_by_name_and_bad_dtypes(save_hf):
     folder = save_hf(hf_tiny("llama"))
     assert next(minibass.load_model(folder, dtype="bfloat16").parameters()).dtype == torch.bfloat16
     assert next(minibass.load_model(folder, dtype="torch.float64").parameters()).dtype == torch.float64
-    for bad in ("bf16", torch.int64, float):
-        with pytest.raises(ValueError, match="dtype must be a floating-point torch dtype"):
+    for bad in ("bf16", torch.int64, float, torch.float8_e4m3fn, "float8_e5m2"):  # float8: no decoder op runs in it
+        with pytest.raises(ValueError, match="dtype must be one of torch.float16, torch.bfloat16"):
             minibass.load_model(folder, dtype=bad)
 
 
@@ -118,6 +119,11 @@ def test_bad_devices_are_refused_before_the_weights_are_read(save_hf):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="'cuda' asked for, but CUDA is not available"):
             minibass.load_model(folder, device="cuda")
+    with pytest.raises(ValueError, match="'meta' holds shapes, not weights"):
+        minibass.load_model(folder, device="meta")
+    if not torch.backends.mps.is_available():  # a device type this PyTorch knows but cannot use here
+        with pytest.raises(ValueError, match="'mps' asked for, but this PyTorch .* cannot use it"):
+            minibass.load_model(folder, device="mps")
 
 
 def test_model_safetensors_wins_over_an_index_beside_it_as_in_transformers(save_hf):
@@ -159,6 +165,88 @@ def test_a_tied_config_with_a_different_stored_head_is_refused(save_hf):
     model = minibass.load_model(tied)
     out = model(ids, torch.tensor([4]), model.init_cache(1, 8), attention="naive")
     assert (out - hf(ids[None]).logits[0]).abs().max() <= 1e-4
+
+
+def logits_gap(folder, length: int = 40) -> float:
+    """Largest |logit difference| of minibass and transformers on one prompt, both loaded from ``folder``."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(folder).eval()
+    model = minibass.load_model(folder)
+    ids = torch.randint(0, model.vocab_size, (length,), generator=torch.Generator().manual_seed(0))
+    ours = model(ids, torch.tensor([length]), model.init_cache(1, length), attention="naive")
+    with torch.no_grad():
+        return (ours - hf(ids[None]).logits[0]).abs().max().item()
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize("changes", [
+    pytest.param(dict(rope_parameters={"rope_type": "linear", "factor": 4.0}, rope_theta=50000.0),
+                 id="rope_parameters-without-its-theta"),
+    pytest.param(dict(rope_parameters=None, rope_theta=50000.0, rope_scaling={"type": "linear", "factor": 2.0}),
+                 id="transformers-4-spelling"),
+    pytest.param(dict(rope_parameters=dict(LLAMA3, rope_theta=500000.0)),
+                 id="llama3-without-original-length"),  # transformers uses max_position_embeddings
+    pytest.param(dict(rope_parameters=dict(LLAMA3, rope_theta=500000.0), original_max_position_embeddings=256),
+                 id="llama3-original-length-at-top-level"),  # as Phi-3 writes it
+])
+def test_rope_spellings_are_read_as_transformers_reads_them(save_hf, changes):
+    """Each spelling moves the logits away from the default rotation, and minibass follows it."""
+    folder = save_hf(hf_tiny("llama", head_dim=64))
+    plain = minibass.load_model(folder)
+    edit_config(folder, **changes)
+    assert logits_gap(folder) <= 1e-4
+    ids = torch.arange(40) % plain.vocab_size
+    edited = minibass.load_model(folder)
+    assert (edited(ids, torch.tensor([40]), edited.init_cache(1, 40), attention="naive")
+            - plain(ids, torch.tensor([40]), plain.init_cache(1, 40), attention="naive")).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("changes,message", [
+    # A rope_scaling added to a transformers-5 config (as Qwen2.5's card asks for yarn): both versions of
+    # transformers read rope_scaling and ignore rope_parameters, its theta included.
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}),
+     "rope scaling 'yarn' is not implemented"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": 4.0}), "both rope_scaling .* and rope_parameters"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, rope_scaling={"rope_type": "default"}),
+     "both rope_scaling .* and rope_parameters"),
+    (dict(rope_parameters=None, rope_theta=5e5, rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 7e5}),
+     "rope_scaling has rope_theta 700000.0, the top level 500000.0"),
+    (dict(rope_parameters=dict(LLAMA3, rope_theta=5e5, original_max_position_embeddings=64),
+          original_max_position_embeddings=256), "original_max_position_embeddings twice"),
+    (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}),
+     "llama3 rope scaling lacks low_freq_factor, high_freq_factor"),
+    (dict(rope_parameters={"rope_type": "linear", "rope_theta": 5e5}), "linear rope scaling lacks factor"),
+    (dict(rope_parameters="linear"), "rope_parameters must be an object"),
+])
+def test_contradictory_or_incomplete_rope_configs_are_refused(save_hf, changes, message):
+    folder = save_hf(hf_tiny("llama"))
+    edit_config(folder, **changes)
+    with pytest.raises(ValueError, match=message):
+        minibass.load_model(folder)
+
+
+@pytest.mark.parametrize("kind,changes,max_seq_len", [
+    ("mistral", dict(sliding_window=None), 4096),  # the key left out: transformers' default window of 4096
+    ("llama", dict(sliding_window=16), 8192),  # transformers' Llama has no sliding window and ignores the key
+    ("qwen2", dict(use_sliding_window=True, sliding_window=16, max_window_layers=2), 8192),  # no layer slides
+    ("qwen2", dict(use_sliding_window=True, sliding_window=16, max_window_layers=1), 16),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=None, max_window_layers=1), 4096),
+])
+def test_the_sliding_window_is_the_one_transformers_uses(save_hf, kind, changes, max_seq_len):
+    folder = save_hf(hf_tiny(kind, max_position_embeddings=8192))
+    edit_config(folder, layer_types=None, **changes)  # edit_config removes a key set to None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model = minibass.load_model(folder)
+    assert model.max_seq_len == max_seq_len
+    assert any("sliding-window" in str(w.message) for w in seen) == (max_seq_len < 8192)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["sliding_window"] = None  # written as null: no window at all
+    (folder / "config.json").write_text(json.dumps(raw))
+    assert minibass.load_model(folder).max_seq_len == 8192
 
 
 def test_sliding_window_caps_max_seq_len(save_hf):

@@ -15,9 +15,11 @@ FAMILIES = [
     pytest.param("llama", dict(tie_word_embeddings=True, num_key_value_heads=6), id="llama-mha-tied"),
     pytest.param("llama", dict(num_key_value_heads=1, hidden_size=40, num_attention_heads=5, vocab_size=61),
                  id="llama-mqa-odd"),
+    # head_dim 64: three of its rotary wavelengths (2 pi theta^(2i/64), i = 3, 4, 5) fall in the band
+    # [64 / 4, 64 / 1] that Llama 3 interpolates between scaled and unscaled, so the band is computed.
     pytest.param("llama", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-                               rope_theta=500000.0), id="llama3-rope-scaling"),
+                               rope_theta=500000.0, head_dim=64), id="llama3-rope-scaling"),
     pytest.param("llama", dict(attention_bias=True, head_dim=16), id="llama-bias-explicit-head-dim"),
     pytest.param("mistral", dict(sliding_window=None), id="mistral"),
     pytest.param("qwen2", dict(tie_word_embeddings=True), id="qwen2-bias-tied"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from minibass.draft_length import parse_draft_length
+from minibass.draft_length import make_policy, parse_draft_length
 
 
 def _load(args):
@@ -211,10 +211,13 @@ def demo(args) -> int:
     from minibass import zoo
     from minibass.bench.common import call_costs, forward_clock, rate_text
 
-    if args.repeats is not None and args.repeats < 1 or args.batch_size < 1:
-        raise ValueError(f"--repeats and --batch-size must be >= 1, got {args.repeats} and {args.batch_size}")
-    if args.prompts < 1 or args.max_new_tokens < 1:
-        raise ValueError(f"--prompts and --max-new-tokens must be >= 1, got {args.prompts} and {args.max_new_tokens}")
+    for option, value in (("--batch-size", args.batch_size), ("--prompts", args.prompts),
+                          ("--max-new-tokens", args.max_new_tokens), ("--repeats", args.repeats)):
+        if value is not None and value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
+    policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
+    for policy in policies:
+        make_policy(policy)  # a bad one said now, not after loading and a first run
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
@@ -224,7 +227,6 @@ def demo(args) -> int:
     groups = zoo.demo_batches(tokenizer, batch, args.prompts)
     prompts = [p for group in groups for p in group]
     backend = args.attention or minibass.attention.default_backend(args.device)
-    policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
     greedy = minibass.SamplingParams(temperature=0)
     print(f"target {sum(p.numel() for p in target.parameters()):,} params, draft "
           f"{sum(p.numel() for p in draft.parameters()):,} params; {len(prompts)} held-out prompts "

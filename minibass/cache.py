@@ -45,7 +45,11 @@ def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Ten
 
 def checked_truncation(lengths, current: Tensor) -> Tensor:
     """``lengths`` as a long tensor like ``current``, after checking 0 <= lengths <= current per sequence."""
-    lengths = torch.as_tensor(lengths).long().to(current.device)
+    lengths = torch.as_tensor(lengths)
+    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise ValueError(f"truncate: lengths must be integers, got {lengths.dtype}: a fractional length is a bug "
+                         "upstream, not something to round")
+    lengths = lengths.long().to(current.device)
     if lengths.shape != current.shape:
         raise ValueError(f"truncate: lengths must have shape {tuple(current.shape)}, got {tuple(lengths.shape)}")
     # A few host integers: checked as Python lists, cheaper than tensor ops.

@@ -68,7 +68,8 @@ GPUS = (A100, H100, H200)
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A Llama-family decoder's shape: L layers, hidden d, H heads, Hk kv heads, MLP width, vocab V."""
+    """A Llama-family decoder's shape: L layers, hidden d, H heads, Hk kv heads, MLP width, vocab V, and the
+    head dim D (``hidden // heads`` unless the checkpoint says otherwise, as some do)."""
 
     layers: int
     hidden: int
@@ -78,18 +79,19 @@ class ModelShape:
     vocab: int
     tied: bool = True
     bytes_per_element: int = 2
+    head_dim: int | None = None  # None: hidden // heads
+
+    def __post_init__(self):
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)  # (a frozen dataclass)
 
     @classmethod
     def from_config(cls, config, bytes_per_element: int = 2) -> "ModelShape":
-        """From a transformers ``LlamaConfig`` (or anything with its attribute names)."""
+        """From a transformers ``LlamaConfig`` (or anything with its attribute names), its ``head_dim`` included."""
         return cls(config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
                    getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
                    config.intermediate_size, config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),
-                   bytes_per_element)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+                   bytes_per_element, getattr(config, "head_dim", None))
 
     @property
     def layer_params(self) -> int:

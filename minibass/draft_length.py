@@ -185,14 +185,16 @@ class CostAwareDraftLength:
     batch: int = 0  # how many sequences were active in the latest step
 
     def __post_init__(self):
-        if isinstance(self.k_max, bool) or not isinstance(self.k_max, int) or self.k_max < 1:
+        if not is_int(self.k_max) or self.k_max < 1:
             raise ValueError(f"k_max must be an int >= 1, got {self.k_max!r}")
+        self.k_max = int(self.k_max)
         if not 0 <= self.memory <= 1:
             raise ValueError(f"memory must be in [0, 1], got {self.memory!r}")
         if self.pull < 0:
             raise ValueError(f"pull must be >= 0, got {self.pull!r}")
-        if isinstance(self.recent, bool) or not isinstance(self.recent, int) or self.recent < 1:
+        if not is_int(self.recent) or self.recent < 1:
             raise ValueError(f"recent must be an int >= 1, got {self.recent!r}")
+        self.recent = int(self.recent)
 
     def alphas(self, active: list[int]) -> list[float]:
         """The per-token acceptance of each active sequence (posterior means, see the class)."""
@@ -287,6 +289,9 @@ def make_policy(draft_length) -> DraftLengthPolicy:
             return CostAwareDraftLength()
         raise ValueError(f"draft_length must be an int >= 1, 'dynamic', 'per-sequence', 'auto' or a policy "
                          f"object; got {draft_length!r}")
+    if isinstance(draft_length, type):
+        raise ValueError(f"draft_length takes a policy object, not its class: pass {draft_length.__name__}(), "
+                         f"not {draft_length.__name__}")
     if hasattr(draft_length, "lengths") and hasattr(draft_length, "update"):
         return draft_length
     return FixedDraftLength(draft_length)

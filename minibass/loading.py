@@ -243,6 +243,9 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     dtype: parameter dtype (a torch dtype or its name, e.g. "bfloat16"), default float32. device: default CPU.
     """
     folder = Path(path)
+    if folder.is_file():
+        raise FileNotFoundError(f"{folder} is a file; load_model takes the checkpoint's folder (config.json and "
+                                "*.safetensors)")
     if not folder.is_dir():
         raise FileNotFoundError(f"checkpoint folder not found: {folder}")
     config_path = folder / "config.json"

@@ -53,7 +53,7 @@ from torch import Tensor
 from .draft_length import make_policy
 from .generate import IDLE, GenerationResult, GenerationStats, check_eos, check_request, last_logits
 from .rejection import accept_and_resample
-from .sampling import SamplingParams, SeedStreams, greedy_tokens, probs, sample
+from .sampling import SamplingParams, SeedStreams, greedy_tokens, is_int, probs, sample
 
 
 def draft_calls(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Tensor, drafts: Tensor, attention):
@@ -69,7 +69,7 @@ def draft_calls(draft, cache, history: Tensor, seq_lens: Tensor, draft_lens: Ten
         drafting = draft_lens > i  # (B,) sequences still drafting
         rows = drafting.nonzero().flatten()
         if i == 0:  # catch up: the unseen history of each drafting sequence, packed
-            unseen = (cols >= cache.lengths[:, None]) & (cols < seq_lens[:, None]) & drafting[:, None]
+            unseen = (cols >= cache.lengths.cpu()[:, None]) & (cols < seq_lens[:, None]) & drafting[:, None]
             tokens, q_lens = history[unseen], unseen.sum(1)
         else:
             tokens, q_lens = drafts[rows, i - 1], drafting.long()
@@ -143,8 +143,8 @@ def accept_phase(drafts: Tensor, q: Tensor | None, p: Tensor, draft_lens: Tensor
 
 def rollback_phase(target_cache, draft_cache, seq_lens: Tensor) -> None:
     """Truncates both caches to what the history of ``seq_lens`` tokens confirms (invariants above)."""
-    target_cache.truncate(torch.minimum(target_cache.lengths, seq_lens - 1))
-    draft_cache.truncate(torch.minimum(draft_cache.lengths, seq_lens - 1))
+    target_cache.truncate(torch.minimum(target_cache.lengths.cpu(), seq_lens - 1))  # (a no-op copy on the host)
+    draft_cache.truncate(torch.minimum(draft_cache.lengths.cpu(), seq_lens - 1))
 
 
 # Greedy decoding: p and q are one-hot, so the rejection rule needs only tokens. u * q(x) < p(x) holds
@@ -333,9 +333,10 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         step_started = time.perf_counter()
         active = s.active.nonzero().flatten().tolist()
         asked = policy.lengths(active)
-        if len(asked) != len(active) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in asked):
+        if len(asked) != len(active) or any(not is_int(k) or k < 1 for k in asked):
             raise ValueError(f"draft length policy must return one int >= 1 per active sequence ({len(active)}), "
                              f"got {_briefly(asked)}")
+        asked = [int(k) for k in asked]  # a NumPy integer (from np.argmax, say) becomes a plain int
         # Never draft past the budget: at most (max_new_tokens - emitted - 1) drafts, + 1 token from the target.
         budget = (max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)).tolist()
         lengths = [0] * batch  # idle sequences draft nothing

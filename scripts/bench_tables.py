@@ -88,7 +88,7 @@ def policies_table(d) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="whose files: *-cpu.json or *-cuda.json")
     args = parser.parse_args(argv)
     for name, render in [("decode", decode_table), ("attention", attention_table),
                          ("speculative", lambda d: "\n\n".join(

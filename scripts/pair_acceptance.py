@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 import minibass
-from minibass.bench.common import call_ms
+from minibass.bench.common import call_ms, provenance
 from minibass.zoo import train
 
 
@@ -53,7 +54,8 @@ def main(argv=None):
     target = minibass.load_model(args.target)
     drafts = {str(d): minibass.load_model(d) for d in args.draft}
     started = time.time()
-    result = {"command": "python scripts/pair_acceptance.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = shlex.join(["python", "scripts/pair_acceptance.py", *(sys.argv[1:] if argv is None else argv)])
+    result = {"provenance": {**provenance("cpu"), "command": command}, "command": command,
               "target": str(args.target), "prompts": len(prompts), "new_tokens": 48, "seeds": args.seeds,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "drafts": {}}

@@ -220,7 +220,7 @@ def test_the_docs_site_renders_and_searches():
 
 
 class _Links(HTMLParser):
-    """The ids and the local hrefs of one built page."""
+    """The ids of one built page, and its local links and images."""
 
     def __init__(self):
         super().__init__()
@@ -230,14 +230,15 @@ class _Links(HTMLParser):
         attrs = dict(attrs)
         if attrs.get("id"):
             self.ids.add(attrs["id"])
-        href = attrs.get("href") if tag == "a" else None
+        href = attrs.get("href") if tag == "a" else attrs.get("src") if tag == "img" else None
         if href and not urllib.parse.urlsplit(href).scheme and not href.startswith(("//", "mailto:")):
             self.hrefs.add(href)
 
 
 
 def broken_links(site: Path) -> list[str]:
-    """Each link of the built site (sidebars included) that leads to no page, or to no heading of its page."""
+    """Each link of the built site (sidebars included) that leads to no page, or to no heading of its page,
+    and each image that is not there."""
     site = site.resolve()
     pages = {}
     for html in site.rglob("*.html"):

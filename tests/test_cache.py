@@ -3,6 +3,7 @@ sequence's cache exactly as if its surviving tokens had been prefilled from scra
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -85,6 +86,11 @@ def test_truncate_refuses_to_grow():
         cache.truncate([4, 5])
     with pytest.raises(ValueError, match="must have shape"):
         cache.truncate([1])
+    for fractional in ([2.9, 4.5], torch.tensor([True, False]), torch.tensor([2.0, 4.0])):
+        with pytest.raises(ValueError, match="truncate: lengths must be integers"):
+            cache.truncate(fractional)
+    cache.truncate(np.array([2, 4]))  # NumPy integers are integers
+    assert cache.lengths.tolist() == [2, 4]
 
 
 def test_capacity_overflow_is_an_error(model):

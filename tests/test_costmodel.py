@@ -22,6 +22,12 @@ def test_parameter_count_equals_the_real_model(tmp_path):
     norms = (2 * config.num_hidden_layers + 1) * config.hidden_size
     assert cm.ModelShape.from_config(config) == SHAPE
     assert SHAPE.params == sum(p.numel() for p in model.parameters()) - norms
+    # A head dim the checkpoint gives, other than hidden / heads (32, not 16), changes the q, k, v, o weights.
+    config = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, head_dim=32)
+    shape = cm.ModelShape.from_config(config)
+    assert shape.head_dim == 32
+    assert shape.params == sum(p.numel() for p in LlamaForCausalLM(config).parameters()) - norms
 
 
 def test_flops_and_bytes_by_hand():

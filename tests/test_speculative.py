@@ -687,6 +687,21 @@ def test_numpy_integers_are_draft_lengths_and_budgets(models):
                                         draft_length=np.int64(3), attention="padded")
     assert got.tokens == expected.tokens and got.stats.draft_lengths == expected.stats.draft_lengths
 
+    class NumpyPolicy(FixedDraftLength):  # answers as np.argmax would: NumPy integers
+        def lengths(self, active):
+            return [np.int64(self.k)] * len(active)
+
+    got = minibass.speculative_generate(models["target"], models["other"], PROMPTS, 5, sampling=greedy,
+                                        draft_length=NumpyPolicy(3), attention="padded")
+    assert got.tokens == expected.tokens and got.stats.draft_lengths == expected.stats.draft_lengths
+    assert CostAwareDraftLength(k_max=np.int64(4), recent=np.int64(2)).k_max == 4
+
+
+def test_a_policy_class_is_refused_with_the_instance_it_needs(models):
+    with pytest.raises(ValueError, match=r"not its class: pass BassDynamicDraftLength\(\)"):
+        minibass.speculative_generate(models["target"], models["other"], PROMPTS, 5,
+                                      draft_length=BassDynamicDraftLength)
+
 
 def test_fixed_policy_validates():
     with pytest.raises(ValueError):

@@ -306,6 +306,14 @@ def test_generate_cli_ends_at_any_eos_the_generation_config_names(tmp_path):
 def test_generate_cli_errors(tmp_path):
     missing = run_cli("generate", "--target", str(tmp_path / "nope"), "--prompt", "x")
     assert missing.returncode == 2 and "checkpoint folder not found" in missing.stderr
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    a_file = run_cli("generate", "--target", str(tmp_path / "model.safetensors"), "--prompt", "x")
+    assert a_file.returncode == 2 and "is a file; load_model takes the checkpoint's folder" in a_file.stderr
+    for bad, says in ((["--draft-lengths", "2", "0"], "draft_length must be an int >= 1"),
+                      (["--batch-size", "0"], "--batch-size must be >= 1, got 0")):
+        run = run_cli("demo", *bad)
+        assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr
+        assert "params" not in run.stdout  # refused before the pair is loaded (its sizes are printed then)
     target_dir, _ = zoo.demo_paths()
     too_long = run_cli("generate", "--target", str(target_dir), "--prompt", "x = 1\n" * 2000)
     assert too_long.returncode == 2 and "max_seq_len" in too_long.stderr

@@ -23,7 +23,7 @@ import statistics
 import torch
 
 from minibass.attention import BACKENDS, cost, triton_available
-from .common import provenance, pyplot, timed, write_json
+from .common import Parser, parse, positive_int, provenance, pyplot, result_path, timed, write_json
 
 CPU_SHAPE = dict(n_heads=8, n_kv_heads=8, head_dim=64, mean_kv=256, dtype=torch.float32)
 GPU_SHAPE = dict(n_heads=32, n_kv_heads=32, head_dim=128, mean_kv=2048, dtype=torch.float16)  # Llama-7B
@@ -85,7 +85,11 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
         print("Triton is not installed here (it installs on Linux only): the 'ragged' backend is left out")
     rows = []
     shape_info = {k: (str(v) if k == "dtype" else v) for k, v in shape.items()}
-    payload = {"provenance": provenance(device), "shape": shape_info, "reps": reps, "rows": rows}
+    # naive (slow on purpose) and the interpreted kernel are timed once per cell, the rest ``reps`` times
+    once = {"naive"} | ({"ragged"} if interpreted else set())
+    timed_calls = {name: 1 if name in once else reps for name in backends}
+    payload = {"provenance": provenance(device), "shape": shape_info, "reps": reps, "timed_calls": timed_calls,
+               "rows": rows}
     for batch, new_tokens, spread in itertools.product(batches, new_tokens_list, spreads):
         q_lens, kv_lens = ragged_lengths(batch, new_tokens, shape["mean_kv"], spread)
         inputs = make_inputs(q_lens, kv_lens, shape["n_heads"], shape["n_kv_heads"], shape["head_dim"],
@@ -98,7 +102,7 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
         if not interpreted:
             contenders.update(gpu_baselines(*inputs))
         for name, fn in contenders.items():
-            seconds = median_time(fn, device, 1 if (name == "ragged" and interpreted) or name == "naive" else reps)
+            seconds = median_time(fn, device, timed_calls.get(name, reps))
             entry = {"ms": seconds * 1e3}
             if name in c.flops:
                 entry.update(waste=c.waste(name), launches=c.launches[name],
@@ -148,19 +152,35 @@ def make_plot(payload, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minibass.bench attention", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m minibass.bench attention", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--spreads", type=float, nargs="+", default=[0.0, 0.5, 0.95])
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a few small configurations only")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--batches", type=positive_int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--new-tokens", type=positive_int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--spreads", type=spread, nargs="+", default=[0.0, 0.5, 0.95],
+                        help="how ragged the cache lengths are, each in [0, 1): 0 all equal (default 0 0.5 0.95)")
+    parser.add_argument("--reps", type=positive_int, default=5,
+                        help="timed calls per cell, the median reported (naive and the interpreted kernel: one)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few small configurations only (written under build/bench/, as any run with "
+                             "options other than --device)")
+    parser.add_argument("--out", default=None, help="JSON path (default: see --quick)")
     parser.add_argument("--plot", default=None)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, "attention")
     kind = args.device.split(":")[0]
+    out = result_path(parser, args, f"attention-{kind}.json", args.out)
+    plot = result_path(parser, args, f"attention-{kind}.png", args.plot)
     if args.quick:
         args.batches, args.new_tokens, args.spreads, args.reps = [1, 8], [4], [0.0, 0.95], 2
-    run(args.device, args.batches, args.new_tokens, args.spreads, args.reps,
-        args.out or f"bench_results/attention-{kind}.json", args.plot or f"bench_results/attention-{kind}.png")
+    run(args.device, args.batches, args.new_tokens, args.spreads, args.reps, out, plot)
+
+
+def spread(text: str) -> float:
+    """An argparse type: a spread of cache lengths in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -22,6 +24,55 @@ def rate_text(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+COMMAND: str | None = None  # the command line of the run in progress, set by ``parse`` (for ``provenance``)
+RESULTS, TRIALS = Path("bench_results"), Path("build/bench")
+KEPT = {"device", "out", "plot"}  # the options a run may set and still write the committed results
+
+
+class Parser(argparse.ArgumentParser):
+    """A benchmark's options; a usage error is one line on stderr (exit 2), as in ``python -m minibass``."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (usage: {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
+def parse(parser: argparse.ArgumentParser, argv, name: str) -> argparse.Namespace:
+    """Parses a benchmark's options, checks ``--device`` (if it has one) and records the command line."""
+    global COMMAND
+    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else [name, *argv]
+    COMMAND = shlex.join(["python", "-m", "minibass.bench", *words])
+    if hasattr(args, "device"):
+        from minibass.loading import _device
+
+        try:
+            _device(args.device)
+        except ValueError as error:
+            parser.error(str(error))
+    return args
+
+
+def result_path(parser: argparse.ArgumentParser, args: argparse.Namespace, stem: str, given: str | None) -> Path:
+    """Where a run writes ``stem`` (e.g. ``attention-cpu.json``): ``given`` if set; else the committed
+    results, ``bench_results/stem``, for the documented run (every option but ``--device`` at its
+    default); else ``build/bench/stem``, so that a trial run (``--quick``, other sizes) never replaces them."""
+    if given:
+        return Path(given)
+    changed = [k for k, v in vars(args).items() if k not in KEPT and v != parser.get_default(k)]
+    return (TRIALS if changed else RESULTS) / stem
+
+
 def provenance(device: str) -> dict:
     """Where and how a result was measured: device, versions, date, the command."""
     import transformers
@@ -37,13 +88,41 @@ def provenance(device: str) -> dict:
         device_name = f"{platform.processor() or platform.machine()} CPU, {cpu_threads()}"
     return {
         "device": device_name,
+        "cpu": cpu_model(),
+        "commit": source_commit(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton_version,
         "transformers": transformers.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python -m minibass.bench " + " ".join(sys.argv[1:]),
+        "command": COMMAND or shlex.join(["python", "-m", "minibass.bench", *sys.argv[1:]]),
     }
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (None elsewhere): timings on a CPU depend on it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def source_commit() -> str | None:
+    """``git describe --always --dirty`` of the checkout minibass runs from (None outside one, or when it runs
+    from an installed copy, which a checkout around it would misname): the code measured."""
+    import subprocess
+
+    if "site-packages" in Path(__file__).parts:
+        return None
+    try:
+        run = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (run.stdout.strip() or None) if run.returncode == 0 else None
 
 
 def timed(fn, *, device: str) -> tuple[float, object]:
@@ -147,6 +226,8 @@ def write_json(path: str | Path, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
+    if path.parent.resolve() == RESULTS.resolve():
+        print(f"(wrote the committed results {path}: `git diff` shows what changed)", file=sys.stderr)
     return path
 
 

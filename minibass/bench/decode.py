@@ -18,7 +18,8 @@ import tempfile
 import torch
 
 import minibass
-from .common import forward_clock, provenance, random_llama, timed, write_json
+from .common import (Parser, forward_clock, parse, positive_int, provenance, random_llama, result_path, timed,
+                     write_json)
 
 
 def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=5):
@@ -76,21 +77,27 @@ def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minibass.bench decode", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--prompt-len", type=int, default=32)
+    parser = Parser(prog="python -m minibass.bench decode", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
+    parser.add_argument("--prompt-len", type=positive_int, default=32)
     parser.add_argument("--backends", nargs="+", default=None,
                         help="'default' (attention=None) and/or backend names (default: 'default' and every "
                              "backend but ragged on the CPU, where it is interpreted)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--reps", type=int, default=5, help="timed runs per contender (the median is reported)")
-    parser.add_argument("--out", default=None, help="JSON path (default bench_results/decode-<device>.json)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--reps", type=positive_int, default=5,
+                        help="timed runs per contender (the median is reported)")
+    parser.add_argument("--out", default=None,
+                        help="JSON path (default bench_results/decode-<device>.json for the documented run, "
+                             "build/bench/ for one with other options)")
+    args = parse(parser, argv, "decode")
     kind = args.device.split(":")[0]
+    unknown = sorted(set(args.backends or []) - {"default", *minibass.BACKENDS})
+    if unknown:
+        parser.error(f"unknown backends {unknown}: choose from default, {', '.join(minibass.BACKENDS)}")
     backends = args.backends or ["default"] + [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
-    out = args.out or f"bench_results/decode-{kind}.json"
+    out = result_path(parser, args, f"decode-{kind}.json", args.out)
     run(args.batch_sizes, args.new_tokens, args.prompt_len, backends, args.device, getattr(torch, args.dtype), out,
         args.reps)

@@ -21,9 +21,9 @@ import argparse
 import torch
 
 import minibass
-from minibass.draft_length import parse_draft_length
+from minibass.draft_length import make_policy, parse_draft_length
 from minibass import zoo
-from .common import provenance, pyplot, timed, write_json
+from .common import Parser, parse, positive_int, provenance, pyplot, result_path, timed, write_json
 
 METHODS = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
 
@@ -143,20 +143,26 @@ def make_plot(payload, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minibass.bench peers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m minibass.bench peers", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--attention", default=None,
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--new-tokens", type=positive_int, default=48)
+    parser.add_argument("--attention", default=None, choices=sorted(minibass.BACKENDS),
                         help="minibass backend (default: the device's default, minibass.attention.default_backend)")
-    parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="timed runs per cell (the median is reported)")
     parser.add_argument("--draft-length", default="auto", help="minibass's draft-length policy: an int, dynamic, auto")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="JSON path (default: bench_results/ for the documented run, "
+                                                    "build/bench/ for one with other options)")
     parser.add_argument("--plot", default=None)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, "peers")
     kind = args.device.split(":")[0]
     attention = args.attention or minibass.attention.default_backend(args.device)
+    draft_length = parse_draft_length(args.draft_length)
+    try:
+        make_policy(draft_length)
+    except ValueError as error:
+        parser.error(str(error))
     run(args.device, args.batch_sizes, args.new_tokens, attention,
-        args.out or f"bench_results/peers-{kind}.json", args.plot or f"bench_results/peers-{kind}.png", args.reps,
-        parse_draft_length(args.draft_length))
+        result_path(parser, args, f"peers-{kind}.json", args.out),
+        result_path(parser, args, f"peers-{kind}.png", args.plot), args.reps, draft_length)

@@ -37,7 +37,7 @@ import torch
 import minibass
 from minibass.draft_length import make_policy, parse_draft_length
 from minibass.generate import IDLE
-from .common import call_costs, provenance, pyplot, write_json
+from .common import Parser, call_costs, parse, positive_int, provenance, pyplot, result_path, write_json
 
 
 def agreement_runs(target, draft, prompts: list[list[int]], new_tokens: int, k_max: int) -> list[list[int]]:
@@ -225,22 +225,23 @@ def make_plot(payload, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minibass.bench policies", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser = Parser(prog="python -m minibass.bench policies", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--draft-lengths", nargs="+", default=["1", "2", "3", "4", "6", "dynamic", "auto"])
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--k-max", type=int, default=32, help="the longest agreement run recorded (dynamic's limit)")
+    parser.add_argument("--new-tokens", type=positive_int, default=48)
+    parser.add_argument("--k-max", type=positive_int, default=32, help="the longest agreement run recorded (dynamic's limit)")
     parser.add_argument("--iid", type=float, default=None, metavar="ALPHA",
                         help="replay made-up runs (each draft token accepted with probability ALPHA) instead")
     parser.add_argument("--gpu-like", action="store_true",
                         help="price with made-up costs shaped like a memory-bound GPU step instead of measuring")
-    parser.add_argument("--out", default=None, help="default: bench_results/policies-cpu.json (nothing for made-up runs)")
+    parser.add_argument("--out", default=None, help="default: bench_results/policies-cpu.json for the documented "
+                                                    "run, build/bench/ with other options, nothing for made-up runs")
     parser.add_argument("--plot", default=None, help="default: bench_results/policies-cpu.png (likewise)")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, "policies")
     measured = args.iid is None and not args.gpu_like
-    out = args.out or ("bench_results/policies-cpu.json" if measured else None)
-    plot = args.plot or ("bench_results/policies-cpu.png" if measured else None)
+    out = args.out or (result_path(parser, args, "policies-cpu.json", None) if measured else None)
+    plot = args.plot or (result_path(parser, args, "policies-cpu.png", None) if measured else None)
     try:
         run(args.batch_sizes, [parse_draft_length(p) for p in args.draft_lengths], args.new_tokens, args.k_max,
             out, plot, iid=args.iid, gpu_like=args.gpu_like)

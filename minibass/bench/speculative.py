@@ -23,8 +23,9 @@ from contextlib import nullcontext
 import torch
 
 import minibass
-from minibass.draft_length import parse_draft_length
-from .common import forward_clock, provenance, pyplot, random_llama, rate_text, timed, write_json
+from minibass.draft_length import make_policy, parse_draft_length
+from .common import (Parser, forward_clock, parse, positive_int, provenance, pyplot, random_llama, rate_text,
+                     result_path, timed, write_json)
 
 
 def load_pair(device, dtype):
@@ -163,22 +164,29 @@ def make_plot(payload, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minibass.bench speculative", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m minibass.bench speculative", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--draft-lengths", nargs="+", default=["1", "2", "4", "dynamic", "auto"])
-    parser.add_argument("--backends", nargs="+", default=None,
+    parser.add_argument("--backends", nargs="+", default=None, choices=sorted(minibass.BACKENDS),
                         help="default: all but ragged on the CPU (interpreted there)")
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=positive_int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--reps", type=int, default=3, help="timed runs per cell (the median is reported)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--reps", type=positive_int, default=3, help="timed runs per cell (the median is reported)")
+    parser.add_argument("--out", default=None, help="JSON path (default: bench_results/ for the documented run, "
+                                                    "build/bench/ for one with other options)")
     parser.add_argument("--plot", default=None)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, "speculative")
     kind = args.device.split(":")[0]
     backends = args.backends or [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
     draft_lengths = [parse_draft_length(k) for k in args.draft_lengths]
+    try:
+        minibass.SamplingParams(temperature=args.temperature)
+        for k in draft_lengths:
+            make_policy(k)
+    except ValueError as error:
+        parser.error(str(error))
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,
-        args.out or f"bench_results/speculative-{kind}.json", args.plot or f"bench_results/speculative-{kind}.png",
-        args.reps)
+        result_path(parser, args, f"speculative-{kind}.json", args.out),
+        result_path(parser, args, f"speculative-{kind}.png", args.plot), args.reps)

@@ -1,0 +1,95 @@
+"""The benchmarks' command line and bookkeeping (never their timings): clear usage errors, where
+results go, what they record, and the committed tables against the committed JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+
+from minibass.bench import __main__ as bench_cli
+from minibass.bench import common
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def usage_error(argv, capsys) -> str:
+    """The one line a bad command prints (exit status 2, no traceback)."""
+    with pytest.raises(SystemExit) as exit_:
+        bench_cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("argv,message", [
+    ([], "no benchmark named"),
+    (["fast"], "unknown benchmark 'fast'"),
+    (["decode", "--batch-sizes", "0"], "--batch-sizes: expected an int >= 1, got '0'"),
+    (["decode", "--reps", "0"], "--reps: expected an int >= 1"),
+    (["decode", "--new-tokens", "-1"], "--new-tokens: expected an int >= 1"),
+    (["decode", "--backends", "foo"], "unknown backends \\['foo'\\]"),
+    (["decode", "--device", "gpu"], "device must be a torch device"),
+    (["attention", "--spreads", "-3"], "--spreads: expected a number in \\[0, 1\\)"),
+    (["attention", "--reps", "0"], "--reps: expected an int >= 1"),
+    (["peers", "--batch-sizes", "0"], "--batch-sizes: expected an int >= 1"),
+    (["peers", "--draft-length", "0"], "draft_length must be an int >= 1"),
+    (["speculative", "--draft-lengths", "2", "sometimes"], "got 'sometimes'"),
+    (["speculative", "--backends", "foo"], "invalid choice: 'foo'"),
+    (["speculative", "--temperature", "-1"], "temperature"),
+    (["policies", "--batch-sizes", "0"], "--batch-sizes: expected an int >= 1"),
+])
+def test_bad_options_are_one_line_usage_errors(argv, message, capsys):
+    assert re.search(message, usage_error(argv, capsys))
+
+
+def test_help_lists_the_benchmarks(capsys):
+    bench_cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in bench_cli.BENCHMARKS) and "build/bench/" in out
+
+
+def test_only_the_documented_run_writes_the_committed_results():
+    """A trial run (``--quick``, other sizes) goes to build/bench/, never over bench_results/."""
+    parser = common.Parser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None)
+    assert common.result_path(parser, parser.parse_args([]), "x-cpu.json", None) == Path("bench_results/x-cpu.json")
+    assert common.result_path(parser, parser.parse_args(["--device", "cpu"]), "x.json", None).parent == common.RESULTS
+    for trial in (["--quick"], ["--reps", "2"]):
+        assert common.result_path(parser, parser.parse_args(trial), "x.json", None) == Path("build/bench/x.json")
+    assert common.result_path(parser, parser.parse_args(["--quick"]), "x.json", "/tmp/y.json") == Path("/tmp/y.json")
+
+
+def test_a_small_run_records_its_own_command_and_stays_out_of_the_committed_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common, "COMMAND", None)
+    bench_cli.main(["attention", "--batches", "1", "--new-tokens", "1", "--spreads", "0", "--reps", "1",
+                    "--device", "cpu", "--plot", str(tmp_path / "plot.png")])
+    assert not (tmp_path / "bench_results").exists()
+    payload = json.loads((tmp_path / "build/bench/attention-cpu.json").read_text())
+    assert payload["provenance"]["command"] == ("python -m minibass.bench attention --batches 1 --new-tokens 1 "
+                                                f"--spreads 0 --reps 1 --device cpu --plot {tmp_path / 'plot.png'}")
+    assert payload["timed_calls"]["naive"] == 1 and payload["timed_calls"]["padded"] == 1
+    assert len(payload["rows"]) == 1 and (tmp_path / "plot.png").exists()
+
+
+def test_the_benchmark_page_shows_the_tables_of_the_committed_json():
+    """Every table ``scripts/bench_tables.py`` renders from bench_results/*-cpu.json is on the page
+    (the speculative one for ``padded``, the CPU's default, as the page says)."""
+    script = runpy.run_path(str(ROOT / "scripts" / "bench_tables.py"))
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    tables = {name: script["load"](name, "cpu") for name in ("decode", "attention", "speculative", "peers", "policies")}
+    rendered = [script["decode_table"](tables["decode"]), script["attention_table"](tables["attention"]),
+                script["speculative_table"](tables["speculative"], "padded"), script["peers_table"](tables["peers"]),
+                script["policies_table"](tables["policies"])]
+    rows = [line for table in rendered for line in table.splitlines() if line.startswith("|")]
+    assert len(rows) > 20
+    missing = [row for row in rows if row not in page]
+    assert not missing, f"{len(missing)} table rows differ from the JSON, e.g. {missing[0]}"

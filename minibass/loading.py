@@ -3,7 +3,8 @@
 Only ``config.json``, ``model.safetensors.index.json`` (if sharded) and ``*.safetensors`` are read;
 nothing is ever unpickled. A config that asks for something the decoder does not compute (another
 architecture, another activation, an unknown rope scaling, quantisation) is refused instead of being
-run approximately, and so is one that transformers 4 and 5 would read differently.
+run approximately, and so is one whose fields contradict each other (a theta given twice with two
+values, ``rope_scaling`` and ``rope_parameters`` that disagree).
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
 
     transformers 5 takes the rotation from ``rope_scaling`` when the config has one, else from
     ``rope_parameters``; the theta is that dict's ``rope_theta``, else the top-level one, else 10000.
-    transformers 4 reads only ``rope_scaling`` and the top-level ``rope_theta``. A config on which
-    the two would rotate differently, or whose fields contradict each other, is refused.
+    transformers 4 reads only ``rope_scaling`` and the top-level ``rope_theta`` (a config written by
+    transformers 5, with ``rope_parameters`` alone, is read as transformers 5 reads it). A config whose
+    fields contradict each other is refused: a theta given twice with two values, ``rope_scaling``
+    beside a ``rope_parameters`` that says something else, a pre-training length given twice.
     """
     top_theta = raw.get("rope_theta")
     legacy, params = raw.get("rope_scaling"), raw.get("rope_parameters")
@@ -54,19 +57,25 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
         scaling = _spelled_out(legacy, "rope_scaling")
         inner = scaling.pop("rope_theta", None)
         if inner is not None and float(inner) != float(top_theta or DEFAULT_THETA):
-            raise ValueError(f"config.json's rope_scaling has rope_theta {inner}, the top level {top_theta}: "
-                             "transformers 5 uses the first, transformers 4 the second; keep one")
+            raise ValueError(f"config.json's rope_scaling has rope_theta {inner}, the top level "
+                             f"{top_theta or f'none (so {DEFAULT_THETA})'}: transformers 5 uses the first, "
+                             "transformers 4 the second; keep one")
         theta = float(inner if inner is not None else top_theta or DEFAULT_THETA)
         _supported(scaling)  # an unsupported type is the first thing to say
         if params is not None:
             other = _spelled_out(params, "rope_parameters")
             if float(other.pop("rope_theta", None) or top_theta or DEFAULT_THETA) != theta or other != scaling:
                 raise ValueError(f"config.json has both rope_scaling ({legacy}) and rope_parameters ({params}), "
-                                 "and they differ: transformers reads rope_scaling and ignores rope_parameters, "
-                                 "its rope_theta included; remove the one that is not meant")
+                                 "and they say different things (transformers reads a non-empty rope_scaling "
+                                 "and ignores rope_parameters, its rope_theta included); remove the one that "
+                                 "is not meant")
     elif params is not None:  # transformers >= 5
         scaling = _spelled_out(params, "rope_parameters")
-        theta = float(scaling.pop("rope_theta", None) or top_theta or DEFAULT_THETA)
+        inner = scaling.pop("rope_theta", None)
+        if inner is not None and top_theta is not None and float(inner) != float(top_theta):
+            raise ValueError(f"config.json gives rope_theta twice, {inner} in rope_parameters and {top_theta} at "
+                             "the top level: transformers 5 uses the first, transformers 4 the second; keep one")
+        theta = float(inner or top_theta or DEFAULT_THETA)
     else:
         theta, scaling = float(top_theta or DEFAULT_THETA), {}
     kind = _supported(scaling)
@@ -79,8 +88,7 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
         top, inner = raw.get("original_max_position_embeddings"), scaling.get("original_max_position_embeddings")
         if top is not None and inner is not None and int(top) != int(inner):
             raise ValueError(f"config.json gives original_max_position_embeddings twice, {top} at the top level "
-                             f"and {inner} in the rope scaling: transformers 5 uses the first, transformers 4 "
-                             "the second; keep one")
+                             f"and {inner} in the rope scaling (transformers 5 uses the top-level one); keep one")
         fallback = raw.get("max_position_embeddings", DEFAULT_MAX_POSITIONS[raw["model_type"]])
         scaling["original_max_position_embeddings"] = int(top if top is not None else inner if inner is not None
                                                           else fallback)
@@ -118,6 +126,8 @@ def _window(raw: dict) -> int | None:
     window = raw.get("sliding_window", DEFAULT_WINDOW)
     if model_type == "llama" or window is None:
         return None
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"config.json's sliding_window must be a positive int or null, got {window!r}")
     if model_type == "qwen2":
         if not raw.get("use_sliding_window"):
             return None

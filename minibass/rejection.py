@@ -22,7 +22,9 @@ Exactness details handled here:
     needed. Only if rounding rejects such a token (probability ~1e-16) is the residual empty;
     then y is drawn from p, the limit of the residual as p - q -> 0 along p;
   * q puts zero mass where p does not: such tokens are never drafted; the residual gives them
-    their full mass p;
+    their full mass p. A drafted token with q(x) = 0 (a caller's padding, say) is rejected, so
+    that the step stops there; it had probability 0 of being drafted, so the rule there does
+    not change the output's distribution;
   * one-hot p and q (greedy): accept iff the tokens agree; otherwise y is the target's argmax.
 
 Warping (temperature, top-k, top-p) must be identical on both sides, and ``draft_probs`` must
@@ -80,7 +82,7 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     # Only what the rule reads is taken to float64: one value per position, then one row per sequence.
     p_x = target_probs[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): p_i(x_i)
     q_x = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): q_i(x_i)
-    accepted = (u_accept.to(device, torch.float64) * q_x < p_x) & drafted  # u < min(1, p/q), without dividing
+    accepted = (u_accept.to(device, torch.float64) * q_x < p_x) & (q_x > 0) & drafted  # u < min(1, p/q), no division
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
 
     # The next token's distribution: max(0, p - q) at the first rejection, p_{k+1} if none
@@ -88,11 +90,18 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     rows = torch.arange(batch, device=device)
     p_n = target_probs[rows, num_accepted].double()  # (B, V)
     q_n = draft_probs[rows, num_accepted.clamp(max=max(k - 1, 0))].double() if k else torch.zeros_like(p_n)
-    q_n = q_n * (num_accepted < lens)[:, None]  # (B, V): zero after a full acceptance
+    q_n = torch.where((num_accepted < lens)[:, None], q_n, 0.0)  # (B, V): zero after a full acceptance
     residual = (p_n - q_n).clamp_min(0)  # unnormalised; sample_from scales by its total
     residual = residual + p_n * (residual.sum(-1, keepdim=True) == 0)  # p_n in the rounding-only case, see above
     next_tokens = sample_from(residual, u_next)
     return num_accepted, next_tokens
+
+
+def normalised(probs: Tensor) -> Tensor:
+    """``probs`` [..., V] in float64, each row divided by its sum (a row of zeros, e.g. padding, stays zero)."""
+    probs = probs.double()
+    total = probs.sum(-1, keepdim=True)
+    return probs / torch.where(total > 0, total, 1.0)
 
 
 def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, *,
@@ -104,8 +113,15 @@ def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Te
     Returns num_accepted long [B] in 0..k and next_tokens long [B]; sequence b emits
     ``draft_tokens[b, :num_accepted[b]]`` then ``next_tokens[b]``.
     generator: a CPU ``torch.Generator`` for the uniforms (default: the global one).
+
+    Each row of ``draft_probs`` and ``target_probs`` is read as the distribution it is
+    proportional to: the rows are divided by their sums in float64 first, so that rows that do not
+    sum to exactly 1 (float16 or bfloat16 probabilities, say) are still corrected exactly. (The
+    speculative loop calls ``accept_and_resample`` on float32 or float64 rows from
+    ``sampling.probs``, whose sums are 1 to rounding.)
     """
     check_rejection_inputs(draft_tokens, draft_probs, target_probs)
+    draft_probs, target_probs = (normalised(t) for t in (draft_probs, target_probs))
     batch, k = draft_tokens.shape
     u = torch.rand(batch, k + 1, generator=generator, dtype=torch.float64)  # drawn on the CPU: same for any device
     return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k])

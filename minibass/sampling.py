@@ -70,6 +70,12 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     logits: [..., V] float. Returns [..., V] in float32, or float64 if logits are float64.
     Greedy (temperature 0) returns the one-hot vector at the argmax. A row whose logits hold NaN or whose
     maximum is infinite comes out NaN, greedy or not (what the softmax gives it); ``sample_from`` refuses it.
+
+    The filters choose tokens as transformers' warpers do, ties included: top-k compares the
+    temperature-scaled logits and keeps every token tied with the k-th; top-p, among tokens of equal
+    probability at its boundary, keeps the later ones (transformers' ascending sort drops the earlier
+    ones first). Top-p's running sums are float64, so that the kept set is the exact one at any
+    vocabulary size (a float32 sum over 32,000 tokens drifts by 1e-6).
     """
     if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() < 1:
         raise ValueError(f"logits must be a floating-point tensor [..., V], got {type(logits).__name__}"
@@ -84,17 +90,20 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
 
     # The max is taken out before dividing: the same softmax, and a tiny temperature gives -inf
     # (probability 0) off the argmax instead of inf - inf = NaN.
-    p = torch.softmax((logits - logits.amax(-1, keepdim=True)) / params.temperature, dim=-1)  # [..., V]
-    if 0 < params.top_k < p.shape[-1]:
-        kth = torch.topk(p, params.top_k, dim=-1).values[..., -1:]  # [..., 1], the k-th largest
-        p = torch.where(p >= kth, p, torch.zeros_like(p))  # ties with the k-th are kept
-        p = p / p.sum(-1, keepdim=True)
+    z = (logits - logits.amax(-1, keepdim=True)) / params.temperature  # [..., V], scaled logits
+    if 0 < params.top_k < z.shape[-1]:
+        kth = torch.topk(z, params.top_k, dim=-1).values[..., -1:]  # [..., 1], the k-th largest
+        z = z.masked_fill(z < kth, float("-inf"))  # ties with the k-th are kept
+    p = torch.softmax(z, dim=-1)  # [..., V]
     if params.top_p < 1.0:
-        sorted_p, order = torch.sort(p, dim=-1, descending=True, stable=True)
-        mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of strictly more likely tokens
-        keep_sorted = mass_before < params.top_p  # the first token is always kept
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        p = torch.where(keep, p, torch.zeros_like(p))
+        # From the least likely token up (ties: the earlier index first), drop every token while the
+        # mass dropped so far, it included, stays within 1 - top_p; the most likely token always stays.
+        sorted_p, order = torch.sort(p, dim=-1, stable=True)  # ascending
+        dropped = sorted_p.double().cumsum(-1)  # [..., V], float64 whatever p's dtype
+        drop_sorted = dropped <= (1 - params.top_p) * dropped[..., -1:]
+        drop_sorted[..., -1] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        p = p.masked_fill(drop, 0.0)
         p = p / p.sum(-1, keepdim=True)
     return p
 

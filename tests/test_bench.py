@@ -61,23 +61,55 @@ def test_only_the_documented_run_writes_the_committed_results():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None)
     assert common.result_path(parser, parser.parse_args([]), "x-cpu.json", None) == Path("bench_results/x-cpu.json")
-    assert common.result_path(parser, parser.parse_args(["--device", "cpu"]), "x.json", None).parent == common.RESULTS
+    for device in ("cpu", "cuda"):  # the device is not a trial option: the GPU run writes its own committed file
+        assert common.result_path(parser, parser.parse_args(["--device", device]), "x.json", None).parent == common.RESULTS
     for trial in (["--quick"], ["--reps", "2"]):
         assert common.result_path(parser, parser.parse_args(trial), "x.json", None) == Path("build/bench/x.json")
     assert common.result_path(parser, parser.parse_args(["--quick"]), "x.json", "/tmp/y.json") == Path("/tmp/y.json")
 
 
+# For each benchmark: an option that makes its run a trial one (the documented run has none).
+TRIAL_OPTION = {"decode": ["--reps", "2"], "attention": ["--quick"], "peers": ["--batch-sizes", "1"],
+                "speculative": ["--new-tokens", "4"], "policies": ["--new-tokens", "4"]}
+
+
+@pytest.mark.parametrize("name", sorted(bench_cli.BENCHMARKS))
+def test_each_benchmark_writes_the_committed_file_only_for_its_documented_run(name, monkeypatch):
+    import importlib
+
+    module = importlib.import_module(bench_cli.BENCHMARKS[name])
+    monkeypatch.setattr(common, "COMMAND", None)  # (parse records the command line: restored afterwards)
+    written = []
+    monkeypatch.setattr(module, "run", lambda *args, **kwargs: written.append(
+        [a for a in (*args, *kwargs.values()) if isinstance(a, Path)]))
+    for argv, folder in (([], common.RESULTS), (["--device", "cpu"], common.RESULTS) if name != "policies" else
+                         ([], common.RESULTS), (TRIAL_OPTION[name], common.TRIALS)):
+        written.clear()
+        module.main(argv)
+        (paths,) = written
+        assert paths and all(path.parent == folder for path in paths), (argv, paths)
+
+
 def test_a_small_run_records_its_own_command_and_stays_out_of_the_committed_results(tmp_path, monkeypatch):
+    import subprocess
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(common, "COMMAND", None)
-    bench_cli.main(["attention", "--batches", "1", "--new-tokens", "1", "--spreads", "0", "--reps", "1",
-                    "--device", "cpu", "--plot", str(tmp_path / "plot.png")])
+    plot = tmp_path / "a plot.png"  # a space: the recorded command must quote it
+    bench_cli.main(["attention", "--batches", "1", "--new-tokens", "1", "--spreads", "0", "--reps", "2",
+                    "--device", "cpu", "--plot", str(plot)])
     assert not (tmp_path / "bench_results").exists()
     payload = json.loads((tmp_path / "build/bench/attention-cpu.json").read_text())
-    assert payload["provenance"]["command"] == ("python -m minibass.bench attention --batches 1 --new-tokens 1 "
-                                                f"--spreads 0 --reps 1 --device cpu --plot {tmp_path / 'plot.png'}")
-    assert payload["timed_calls"]["naive"] == 1 and payload["timed_calls"]["padded"] == 1
-    assert len(payload["rows"]) == 1 and (tmp_path / "plot.png").exists()
+    made = payload["provenance"]
+    assert made["command"] == ("python -m minibass.bench attention --batches 1 --new-tokens 1 --spreads 0 --reps 2 "
+                               f"--device cpu --plot '{plot}'")
+    timed = payload["timed_calls"]  # naive (and the interpreted kernel) once, the others --reps times
+    assert timed["naive"] == 1 and timed["padded"] == timed["split"] == 2 and timed.get("ragged", 1) == 1
+    assert len(payload["rows"]) == 1 and plot.exists()
+    described = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    assert made["commit"] == (described.stdout.strip() if described.returncode == 0 else None)
+    if Path("/proc/cpuinfo").exists():
+        assert made["cpu"] and made["cpu"] in Path("/proc/cpuinfo").read_text()
 
 
 def test_the_benchmark_page_shows_the_tables_of_the_committed_json():

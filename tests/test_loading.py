@@ -214,6 +214,10 @@ def test_rope_spellings_are_read_as_transformers_reads_them(save_hf, changes):
      "both rope_scaling .* and rope_parameters"),
     (dict(rope_parameters=None, rope_theta=5e5, rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 7e5}),
      "rope_scaling has rope_theta 700000.0, the top level 500000.0"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4}, rope_theta=5e5),
+     "rope_theta twice, 10000.0 in rope_parameters and 500000.0 at the top level"),
+    (dict(rope_parameters=None, rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 7e5}),
+     "the top level none \\(so 10000.0\\)"),
     (dict(rope_parameters=dict(LLAMA3, rope_theta=5e5, original_max_position_embeddings=64),
           original_max_position_embeddings=256), "original_max_position_embeddings twice"),
     (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}),
@@ -247,6 +251,10 @@ def test_the_sliding_window_is_the_one_transformers_uses(save_hf, kind, changes,
     raw["sliding_window"] = None  # written as null: no window at all
     (folder / "config.json").write_text(json.dumps(raw))
     assert minibass.load_model(folder).max_seq_len == 8192
+    if max_seq_len < 8192:  # a config that slides, with a window of 0
+        (folder / "config.json").write_text(json.dumps({**raw, "sliding_window": 0}))
+        with pytest.raises(ValueError, match="sliding_window must be a positive int or null, got 0"):
+            minibass.load_model(folder)
 
 
 def test_sliding_window_caps_max_seq_len(save_hf):

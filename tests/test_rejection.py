@@ -102,6 +102,41 @@ def test_draft_with_zero_mass_where_target_has_mass():
     assert abs((n == 1).double().mean().item() - 0.2) < 0.05
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_rows_that_do_not_sum_to_one_are_read_as_the_distributions_they_are_proportional_to(dtype):
+    """Half-precision probabilities sum to 1 only within 1e-3. Row for row, the call gives exactly what it
+    gives on the same rows divided by their sums in float64 (whose exactness the enumeration proves); read
+    as they are, u * q(x) < p(x) and max(0, p - q) would mix two scales, 16 % too much of a token in a
+    bfloat16 case the review found."""
+    g = torch.Generator().manual_seed(0)
+    batch, k, vocab = 20_000, 2, 4
+    q = torch.softmax(torch.randn(batch, k, vocab, generator=g) * 2, -1).to(dtype)
+    p = torch.softmax(torch.randn(batch, k + 1, vocab, generator=g) * 2, -1).to(dtype)
+    exact_q, exact_p = (t.double() / t.double().sum(-1, keepdim=True) for t in (q, p))
+    tokens = draft_from(exact_q, 1)
+    got = rejection_sample(tokens, q, p, generator=torch.Generator().manual_seed(2))
+    want = rejection_sample(tokens, exact_q, exact_p, generator=torch.Generator().manual_seed(2))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    if dtype != torch.float32:  # the scales do differ: read as given, some rows would come out otherwise
+        u = torch.rand(batch, k + 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        raw = accept_and_resample(tokens, q, p, u[:, :k], u[:, k])
+        assert not all(torch.equal(a, b) for a, b in zip(raw, want))
+
+
+def test_a_drafted_token_the_draft_gave_no_mass_is_rejected():
+    """A caller's padding (a zero row of q under some token) stops the step there, and the next token
+    comes from p at that position, as a bonus token would; such a token is never drafted from q."""
+    tokens = torch.tensor([[1, 0]])
+    q = torch.tensor([[[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]]], dtype=torch.float64)
+    p = torch.tensor([[[0.2, 0.8, 0.0], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0]]], dtype=torch.float64)  # p(0) > 0 at 2
+    firsts = 0
+    for seed in range(40):
+        n, nxt = rejection_sample(tokens, q, p, generator=torch.Generator().manual_seed(seed))
+        assert n.item() in (0, 1)  # the padded position is never accepted, though p gives its token 0.5
+        firsts += n.item()
+    assert firsts > 0  # (the first draft was accepted in some runs, so the padded position was reached)
+
+
 @pytest.mark.parametrize("mutate,message", [
     (lambda t, q, p: (t.int(), q, p), "draft_tokens must be long"),
     (lambda t, q, p: (t, q[:, :1], p), "draft_probs must be float"),

@@ -177,3 +177,40 @@ def test_ignoring_top_p_at_temperature_1_is_caught_by_its_impossible_events(tiny
                          exact_two_token_distribution(tiny_vocab_model, PROMPT, params)) > ALPHA
 
 
+
+
+def transformers_warped(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """transformers' own warpers, in generate's order (temperature, top-k, top-p), then the softmax."""
+    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TopPLogitsWarper)
+
+    scores = TemperatureLogitsWarper(params.temperature)(None, logits.clone())
+    if params.top_k:
+        scores = TopKLogitsWarper(params.top_k)(None, scores)
+    if params.top_p < 1.0:
+        scores = TopPLogitsWarper(params.top_p)(None, scores)
+    return torch.softmax(scores, -1)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(top_p=0.5), SamplingParams(top_p=0.6), SamplingParams(top_k=2),
+                                    SamplingParams(temperature=0.7, top_k=3, top_p=0.8),
+                                    SamplingParams(temperature=2.0, top_p=0.95)])
+def test_the_filters_keep_the_tokens_transformers_keeps_ties_included(params):
+    g = torch.Generator().manual_seed(0)
+    tied = [torch.tensor(row, dtype=torch.float64)  # exact ties at the boundaries
+            for row in ([0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0], [2.0, 1.0, 1.0, 1.0, -1.0])]
+    rounded = torch.randint(-3, 3, (64, 12), generator=g).double()  # many ties
+    wide = torch.randn(16, 32000, generator=g, dtype=torch.float64) * 3  # a long tail of small probabilities
+    for logits in (*tied, rounded, wide):
+        logits = logits.reshape(-1, logits.shape[-1])
+        ours, theirs = probs(logits, params), transformers_warped(logits, params)
+        assert torch.equal(ours > 0, theirs > 0)
+        assert torch.allclose(ours, theirs, atol=1e-12)
+
+
+def test_top_p_sums_in_float64_at_a_large_vocabulary():
+    """float32 probabilities over 32,000 tokens: the kept set is the one float64 arithmetic gives."""
+    logits = torch.randn(32, 32000, generator=torch.Generator().manual_seed(1)) * 3
+    for top_p in (0.999, 0.9999):
+        params = SamplingParams(top_p=top_p)
+        assert torch.equal(probs(logits, params) > 0, probs(logits.double(), params) > 0)

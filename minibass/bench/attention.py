@@ -102,7 +102,7 @@ def run(device, batches, new_tokens_list, spreads, reps, out, plot):
         if not interpreted:
             contenders.update(gpu_baselines(*inputs))
         for name, fn in contenders.items():
-            seconds = median_time(fn, device, timed_calls.get(name, reps))
+            seconds = median_time(fn, device, timed_calls.setdefault(name, reps))  # (GPU baselines: reps)
             entry = {"ms": seconds * 1e3}
             if name in c.flops:
                 entry.update(waste=c.waste(name), launches=c.launches[name],

@@ -226,9 +226,13 @@ def write_json(path: str | Path, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    if path.parent.resolve() == RESULTS.resolve():
-        print(f"(wrote the committed results {path}: `git diff` shows what changed)", file=sys.stderr)
+    if path.parent.resolve() == RESULTS.resolve() and path not in _ANNOUNCED:
+        _ANNOUNCED.add(path)
+        print(f"(writing the committed results {path}: `git diff` shows what changed)", file=sys.stderr)
     return path
+
+
+_ANNOUNCED: set[Path] = set()  # the committed files ``write_json`` has said it writes (once each)
 
 
 def random_llama(folder: str | Path, *, layers=4, hidden=256, heads=8, kv_heads=4, vocab=4096, seed=0,

@@ -66,12 +66,15 @@ def check_rejection_inputs(draft_tokens: Tensor, draft_probs: Tensor, target_pro
 
 
 def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-                        u_accept: Tensor, u_next: Tensor, draft_lens: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                        u_accept: Tensor, u_next: Tensor, draft_lens: Tensor | None = None,
+                        *, normalise: bool = False) -> tuple[Tensor, Tensor]:
     """The rejection step with its uniforms given: u_accept [B, k], u_next [B] in [0, 1).
 
     draft_lens: optional long [B], row b drafted only its first draft_lens[b] <= k tokens (the
     rest is padding): those rows stop there, and their bonus token comes from
     target_probs[b, draft_lens[b]] — the speculative loop uses this for per-sequence lengths.
+    normalise: read each row as the distribution it is proportional to (its float64 sum divides
+    every value the rule reads), for rows that do not sum to 1 to rounding; the loop's rows do.
     Returns (num_accepted long [B], next_tokens long [B]). ``rejection_sample`` and the
     speculative loop (which draws uniforms from per-sequence streams) both call this.
     """
@@ -79,9 +82,13 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     device = target_probs.device
     lens = torch.full((batch,), k, device=device) if draft_lens is None else draft_lens.to(device)  # (B,)
     drafted = torch.arange(k, device=device)[None, :] < lens[:, None]  # (B, k): padding positions are never accepted
-    # Only what the rule reads is taken to float64: one value per position, then one row per sequence.
+    # Only what the rule reads is taken to float64: one value per position, then one row per sequence
+    # (and, to normalise, each row's sum).
+    p_total, q_total = (row_totals(t) if normalise else None for t in (target_probs, draft_probs))  # (B, k+1), (B, k)
     p_x = target_probs[:, :k].gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): p_i(x_i)
     q_x = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1).double()  # (B, k): q_i(x_i)
+    if normalise:
+        p_x, q_x = p_x / p_total[:, :k], q_x / q_total
     accepted = (u_accept.to(device, torch.float64) * q_x < p_x) & (q_x > 0) & drafted  # u < min(1, p/q), no division
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
 
@@ -89,7 +96,11 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     # (q = 0 past a row's drafts, so both cases are one expression).
     rows = torch.arange(batch, device=device)
     p_n = target_probs[rows, num_accepted].double()  # (B, V)
-    q_n = draft_probs[rows, num_accepted.clamp(max=max(k - 1, 0))].double() if k else torch.zeros_like(p_n)
+    at = num_accepted.clamp(max=max(k - 1, 0))
+    q_n = draft_probs[rows, at].double() if k else torch.zeros_like(p_n)
+    if normalise:
+        p_n = p_n / p_total[rows, num_accepted, None]
+        q_n = q_n / q_total[rows, at, None] if k else q_n
     q_n = torch.where((num_accepted < lens)[:, None], q_n, 0.0)  # (B, V): zero after a full acceptance
     residual = (p_n - q_n).clamp_min(0)  # unnormalised; sample_from scales by its total
     residual = residual + p_n * (residual.sum(-1, keepdim=True) == 0)  # p_n in the rounding-only case, see above
@@ -97,11 +108,10 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     return num_accepted, next_tokens
 
 
-def normalised(probs: Tensor) -> Tensor:
-    """``probs`` [..., V] in float64, each row divided by its sum (a row of zeros, e.g. padding, stays zero)."""
-    probs = probs.double()
-    total = probs.sum(-1, keepdim=True)
-    return probs / torch.where(total > 0, total, 1.0)
+def row_totals(probs: Tensor) -> Tensor:
+    """The float64 sum of each row of ``probs`` [..., V] -> [...]; 1 for a row of zeros (padding stays zero)."""
+    total = probs.sum(-1, dtype=torch.float64)
+    return torch.where(total > 0, total, 1.0)
 
 
 def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, *,
@@ -115,13 +125,12 @@ def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Te
     generator: a CPU ``torch.Generator`` for the uniforms (default: the global one).
 
     Each row of ``draft_probs`` and ``target_probs`` is read as the distribution it is
-    proportional to: the rows are divided by their sums in float64 first, so that rows that do not
-    sum to exactly 1 (float16 or bfloat16 probabilities, say) are still corrected exactly. (The
-    speculative loop calls ``accept_and_resample`` on float32 or float64 rows from
+    proportional to: what the rule reads is divided by its row's float64 sum, so that rows that do
+    not sum to exactly 1 (float16 or bfloat16 probabilities, say) are still corrected exactly. (The
+    speculative loop calls ``accept_and_resample`` without this on float32 or float64 rows from
     ``sampling.probs``, whose sums are 1 to rounding.)
     """
     check_rejection_inputs(draft_tokens, draft_probs, target_probs)
-    draft_probs, target_probs = (normalised(t) for t in (draft_probs, target_probs))
     batch, k = draft_tokens.shape
     u = torch.rand(batch, k + 1, generator=generator, dtype=torch.float64)  # drawn on the CPU: same for any device
-    return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k])
+    return accept_and_resample(draft_tokens, draft_probs, target_probs, u[:, :k], u[:, k], normalise=True)

@@ -71,11 +71,13 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     Greedy (temperature 0) returns the one-hot vector at the argmax. A row whose logits hold NaN or whose
     maximum is infinite comes out NaN, greedy or not (what the softmax gives it); ``sample_from`` refuses it.
 
-    The filters choose tokens as transformers' warpers do, ties included: top-k compares the
-    temperature-scaled logits and keeps every token tied with the k-th; top-p, among tokens of equal
-    probability at its boundary, keeps the later ones (transformers' ascending sort drops the earlier
-    ones first). Top-p's running sums are float64, so that the kept set is the exact one at any
-    vocabulary size (a float32 sum over 32,000 tokens drifts by 1e-6).
+    Top-k compares the temperature-scaled logits, as transformers does, and keeps every token tied
+    with the k-th. Top-p keeps the smallest set of most likely tokens whose mass reaches top_p,
+    summing the probabilities in float64, so that the set is the exact one for those values at any
+    vocabulary size (a float32 sum over 32,000 tokens drifts by 1e-6); a mass within 1e-12
+    (relative) of top_p counts as reaching it, so that an exact boundary is not decided by
+    rounding. Among tokens of equal probability at its boundary, the earlier indices are kept. (transformers' top-p sorts without a stable order, so which of the tied
+    tokens it keeps depends on the sort's implementation; on rows without ties the two agree.)
     """
     if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() < 1:
         raise ValueError(f"logits must be a floating-point tensor [..., V], got {type(logits).__name__}"
@@ -96,14 +98,14 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
         z = z.masked_fill(z < kth, float("-inf"))  # ties with the k-th are kept
     p = torch.softmax(z, dim=-1)  # [..., V]
     if params.top_p < 1.0:
-        # From the least likely token up (ties: the earlier index first), drop every token while the
-        # mass dropped so far, it included, stays within 1 - top_p; the most likely token always stays.
-        sorted_p, order = torch.sort(p, dim=-1, stable=True)  # ascending
-        dropped = sorted_p.double().cumsum(-1)  # [..., V], float64 whatever p's dtype
-        drop_sorted = dropped <= (1 - params.top_p) * dropped[..., -1:]
-        drop_sorted[..., -1] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        p = p.masked_fill(drop, 0.0)
+        # Keep a token while the mass of the tokens before it (most likely first; ties: the earlier
+        # index first) falls short of top_p. The first token is always kept.
+        sorted_p, order = torch.sort(p, dim=-1, descending=True, stable=True)
+        running = sorted_p.double().cumsum(-1)  # [..., V], float64 sums of p's own values
+        before = torch.cat([torch.zeros_like(running[..., :1]), running[..., :-1]], -1)  # mass before each token
+        keep_sorted = before < params.top_p * running[..., -1:] * (1 - 1e-12)
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        p = p.masked_fill(~keep, 0.0)
         p = p / p.sum(-1, keepdim=True)
     return p
 

@@ -336,6 +336,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
         if len(asked) != len(active) or any(not is_int(k) or k < 1 for k in asked):
             raise ValueError(f"draft length policy must return one int >= 1 per active sequence ({len(active)}), "
                              f"got {_briefly(asked)}")
+        asked = [int(k) for k in asked]  # NumPy integers (np.uint64 cannot go into a torch tensor) become ints
         # Never draft past the budget: at most (max_new_tokens - emitted - 1) drafts, + 1 token from the target.
         budget = (max_new_tokens - 1 - (s.seq_lens - s.prompt_lens)).tolist()
         lengths = [0] * batch  # idle sequences draft nothing

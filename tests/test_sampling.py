@@ -192,20 +192,41 @@ def transformers_warped(logits: torch.Tensor, params: SamplingParams) -> torch.T
     return torch.softmax(scores, -1)
 
 
-@pytest.mark.parametrize("params", [SamplingParams(top_p=0.5), SamplingParams(top_p=0.6), SamplingParams(top_k=2),
+@pytest.mark.parametrize("params", [SamplingParams(top_p=0.5), SamplingParams(top_p=0.95), SamplingParams(top_k=2),
                                     SamplingParams(temperature=0.7, top_k=3, top_p=0.8),
-                                    SamplingParams(temperature=2.0, top_p=0.95)])
-def test_the_filters_keep_the_tokens_transformers_keeps_ties_included(params):
+                                    SamplingParams(temperature=2.0, top_k=50, top_p=0.95)])
+def test_the_filters_keep_the_tokens_transformers_keeps(params):
+    """On rows without ties at the top-p boundary (where transformers' unstable sort decides, see
+    ``probs``); top-k's ties are kept by both."""
     g = torch.Generator().manual_seed(0)
-    tied = [torch.tensor(row, dtype=torch.float64)  # exact ties at the boundaries
-            for row in ([0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0], [2.0, 1.0, 1.0, 1.0, -1.0])]
-    rounded = torch.randint(-3, 3, (64, 12), generator=g).double()  # many ties
+    tied_for_top_k = torch.tensor([[2.0, 1.0, 1.0, 1.0, -1.0], [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    narrow = torch.randn(64, 12, generator=g, dtype=torch.float64)
     wide = torch.randn(16, 32000, generator=g, dtype=torch.float64) * 3  # a long tail of small probabilities
-    for logits in (*tied, rounded, wide):
-        logits = logits.reshape(-1, logits.shape[-1])
+    for logits in ((tied_for_top_k,) if params.top_p == 1.0 else ()) + (narrow, wide):
         ours, theirs = probs(logits, params), transformers_warped(logits, params)
         assert torch.equal(ours > 0, theirs > 0)
         assert torch.allclose(ours, theirs, atol=1e-12)
+
+
+def test_top_k_compares_the_scaled_logits_not_their_rounded_probabilities():
+    """0 and 2e-8 are two logits, but one float32 probability: top-1 keeps one token, as transformers does."""
+    logits = torch.tensor([[0.0, 2e-8, -1.0]])
+    assert (probs(logits, SamplingParams(top_k=1)) > 0).tolist() == [[False, True, False]]
+    assert (transformers_warped(logits, SamplingParams(top_k=1)) > 0).tolist() == [[False, True, False]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("vocab", [2, 3, 6, 10, 16, 17, 100, 1000, 32000])
+def test_top_p_keeps_the_smallest_set_at_exact_ties(dtype, vocab):
+    """Equal logits: the smallest set reaching top_p has ceil(top_p * V) tokens, the earlier indices
+    first. Rounding must not decide an exact boundary (0.5 of 6 tokens is 3 of them, not 4)."""
+    from fractions import Fraction
+
+    row = torch.zeros(1, vocab, dtype=dtype)
+    for top_p in (0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 0.75, 0.8, 0.9, 0.95, 0.99):
+        kept = (probs(row, SamplingParams(top_p=top_p)) > 0)[0]
+        want = max(1, -int(-Fraction(str(top_p)) * vocab // 1))  # ceil(top_p * V)
+        assert kept.sum() == want and kept[:want].all(), (top_p, int(kept.sum()), want)
 
 
 def test_top_p_sums_in_float64_at_a_large_vocabulary():

@@ -687,9 +687,9 @@ def test_numpy_integers_are_draft_lengths_and_budgets(models):
                                         draft_length=np.int64(3), attention="padded")
     assert got.tokens == expected.tokens and got.stats.draft_lengths == expected.stats.draft_lengths
 
-    class NumpyPolicy(FixedDraftLength):  # answers as np.argmax would: NumPy integers
+    class NumpyPolicy(FixedDraftLength):  # answers as NumPy code would: NumPy integers, unsigned ones too
         def lengths(self, active):
-            return [np.int64(self.k)] * len(active)
+            return [np.uint64(self.k) if b % 2 else np.int64(self.k) for b in active]
 
     got = minibass.speculative_generate(models["target"], models["other"], PROMPTS, 5, sampling=greedy,
                                         draft_length=NumpyPolicy(3), attention="padded")

@@ -74,7 +74,8 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
     rest is padding): those rows stop there, and their bonus token comes from
     target_probs[b, draft_lens[b]] — the speculative loop uses this for per-sequence lengths.
     normalise: read each row as the distribution it is proportional to (its sum, ``row_totals``,
-    divides every value the rule reads), for rows that do not sum to 1 to rounding; the loop's do.
+    divides every value the rule reads), for rows that do not sum to 1 to rounding. The loop's rows
+    do, and it leaves this off.
     Returns (num_accepted long [B], next_tokens long [B]). ``rejection_sample`` and the
     speculative loop (which draws uniforms from per-sequence streams) both call this.
     """
@@ -132,9 +133,8 @@ def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Te
     Each row of ``draft_probs`` and ``target_probs`` is read as the distribution it is
     proportional to: what the rule reads is divided by its row's sum (``row_totals``), so that rows
     that do not sum to 1 (float16 or bfloat16 probabilities, off by up to 1e-3) are corrected to
-    float32 rounding. (The
-    speculative loop calls ``accept_and_resample`` without this on float32 or float64 rows from
-    ``sampling.probs``, whose sums are 1 to rounding.)
+    float32 rounding. (The speculative loop calls ``accept_and_resample`` without this, on float32
+    or float64 rows from ``sampling.probs``, whose sums are 1 to rounding.)
     """
     check_rejection_inputs(draft_tokens, draft_probs, target_probs)
     batch, k = draft_tokens.shape

@@ -71,13 +71,15 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
     Greedy (temperature 0) returns the one-hot vector at the argmax. A row whose logits hold NaN or whose
     maximum is infinite comes out NaN, greedy or not (what the softmax gives it); ``sample_from`` refuses it.
 
-    Top-k compares the temperature-scaled logits, as transformers does, and keeps every token tied
-    with the k-th. Top-p keeps the smallest set of most likely tokens whose mass reaches top_p,
-    summing the probabilities in float64, so that the set is the exact one for those values at any
-    vocabulary size (a float32 sum over 32,000 tokens drifts by 1e-6); a mass within 1e-12
-    (relative) of top_p counts as reaching it, so that an exact boundary is not decided by
-    rounding. Among tokens of equal probability at its boundary, the earlier indices are kept. (transformers' top-p sorts without a stable order, so which of the tied
-    tokens it keeps depends on the sort's implementation; on rows without ties the two agree.)
+    Top-k compares the temperature-scaled logits (the exact order of the probabilities, not their
+    float32 roundings), as transformers does, and keeps every token tied with the k-th. Top-p keeps
+    the smallest set of most likely tokens whose mass reaches top_p, summing the probabilities in
+    float64 (a float32 sum over 32,000 tokens drifts by 1e-6); a mass within the float64 sum's own
+    rounding of top_p (relative 4 V eps, at least 1e-12) counts as reaching it, so that an exact
+    boundary is not decided by rounding. Among tokens of equal probability at its boundary, the
+    earlier indices are kept. (transformers' top-p sorts without a stable order, so which of the
+    tied tokens it keeps depends on the sort's implementation; on rows without ties the two agree,
+    up to transformers' own float32 rounding.)
     """
     if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() < 1:
         raise ValueError(f"logits must be a floating-point tensor [..., V], got {type(logits).__name__}"
@@ -103,7 +105,9 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
         sorted_p, order = torch.sort(p, dim=-1, descending=True, stable=True)
         running = sorted_p.double().cumsum(-1)  # [..., V], float64 sums of p's own values
         before = torch.cat([torch.zeros_like(running[..., :1]), running[..., :-1]], -1)  # mass before each token
-        keep_sorted = before < params.top_p * running[..., -1:] * (1 - 1e-12)
+        slack = max(1e-12, 4 * p.shape[-1] * torch.finfo(torch.float64).eps)  # the running sum's rounding
+        keep_sorted = before < params.top_p * running[..., -1:] * (1 - slack)
+        keep_sorted[..., 0] = True  # the most likely token, by construction
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         p = p.masked_fill(~keep, 0.0)
         p = p / p.sum(-1, keepdim=True)

@@ -102,7 +102,7 @@ def test_draft_with_zero_mass_where_target_has_mass():
     assert abs((n == 1).double().mean().item() - 0.2) < 0.05
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_rows_that_do_not_sum_to_one_are_read_as_the_distributions_they_are_proportional_to(dtype):
     """Half-precision probabilities sum to 1 only within 1e-3. The exact law of the first emitted token
     (``exact.step_law`` on the step itself, the draft drawn from q / sum q) is p / sum p to float32
@@ -121,7 +121,7 @@ def test_rows_that_do_not_sum_to_one_are_read_as_the_distributions_they_are_prop
         return law
 
     worst = {True: 0.0, False: 0.0}
-    for seed in range(6):
+    for seed in range(6 if dtype != torch.float32 else 0):  # (float32 rows sum to 1 to rounding: the wiring only)
         g = torch.Generator().manual_seed(seed)
         vocab = 4
         q = torch.softmax(torch.randn(1, vocab, generator=g) * 2, -1).to(dtype)  # (k = 1, V)
@@ -130,7 +130,8 @@ def test_rows_that_do_not_sum_to_one_are_read_as_the_distributions_they_are_prop
         for normalise in (True, False):
             tv = 0.5 * (first_token_law(normalise) - p_hat[0]).abs().sum().item()
             worst[normalise] = max(worst[normalise], tv)
-    assert worst[True] < 1e-6 and worst[False] > 1e-5, worst  # raw: 2.6e-5 in float16, more in bfloat16
+    if dtype != torch.float32:
+        assert worst[True] < 1e-6 and worst[False] > 1e-5, worst  # raw: 2.6e-5 in float16, more in bfloat16
     # The public function is the normalising step: row for row, with the same uniforms.
     g = torch.Generator().manual_seed(0)
     q = torch.softmax(torch.randn(20_000, 2, 4, generator=g) * 2, -1).to(dtype)
@@ -138,9 +139,11 @@ def test_rows_that_do_not_sum_to_one_are_read_as_the_distributions_they_are_prop
     tokens = draft_from(q.double(), 1)
     got = rejection_sample(tokens, q, p, generator=torch.Generator().manual_seed(2))
     u = torch.rand(20_000, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    for normalise, same in ((True, True), (False, False)):
-        step = accept_and_resample(tokens, q, p, u[:, :2], u[:, 2], normalise=normalise)
-        assert all(torch.equal(a, b) for a, b in zip(got, step)) == same
+    step = accept_and_resample(tokens, q, p, u[:, :2], u[:, 2], normalise=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, step))
+    if dtype != torch.float32:  # (where the sums are off, reading the rows raw differs somewhere)
+        raw = accept_and_resample(tokens, q, p, u[:, :2], u[:, 2])
+        assert not all(torch.equal(a, b) for a, b in zip(got, raw))
 
 
 def test_a_drafted_token_the_draft_gave_no_mass_is_rejected():
@@ -153,6 +156,8 @@ def test_a_drafted_token_the_draft_gave_no_mass_is_rejected():
     for seed in range(40):
         n, nxt = rejection_sample(tokens, q, p, generator=torch.Generator().manual_seed(seed))
         assert n.item() in (0, 1)  # the padded position is never accepted, though p gives its token 0.5
+        if n.item() == 1:
+            assert nxt.item() in (0, 2)  # from the residual under a zero row: p at that position
         firsts += n.item()
     assert firsts > 0  # (the first draft was accepted in some runs, so the padded position was reached)
 

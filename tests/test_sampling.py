@@ -216,7 +216,7 @@ def test_top_k_compares_the_scaled_logits_not_their_rounded_probabilities():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("vocab", [2, 3, 6, 10, 16, 17, 100, 1000, 32000])
+@pytest.mark.parametrize("vocab", [2, 3, 6, 10, 16, 17, 100, 1000, 32000, 128256, 256000])
 def test_top_p_keeps_the_smallest_set_at_exact_ties(dtype, vocab):
     """Equal logits: the smallest set reaching top_p has ceil(top_p * V) tokens, the earlier indices
     first. Rounding must not decide an exact boundary (0.5 of 6 tokens is 3 of them, not 4)."""

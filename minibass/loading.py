@@ -143,7 +143,7 @@ def _window(raw: dict) -> int | None:
 
 def config_from_hf(raw: dict) -> ModelConfig:
     """Translates a Hugging Face ``config.json`` dict into a ``ModelConfig``, refusing what the decoder cannot do."""
-    window = _window(raw) if raw.get("model_type") in SUPPORTED_MODEL_TYPES else None  # reads null fields too
+    given = raw  # with its null fields, which ``_window`` reads
     raw = {key: value for key, value in raw.items() if value is not None}  # a null field is a missing one
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -156,6 +156,7 @@ def config_from_hf(raw: dict) -> ModelConfig:
         raise ValueError("quantized checkpoints (quantization_config) are not supported; load the full-precision weights")
     theta, scaling = _rope_settings(raw)
     max_pos = int(raw.get("max_position_embeddings", DEFAULT_MAX_POSITIONS[model_type]))
+    window = _window(given)
     if window is not None and window < max_pos:
         # Sliding-window attention only differs from full attention once a sequence is longer
         # than the window, so the decoder is exact up to `window` tokens and refuses beyond.

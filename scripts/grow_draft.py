@@ -44,7 +44,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32)
+    from minibass.loading import hf_dtype
+
+    model = AutoModelForCausalLM.from_pretrained(args.draft, **hf_dtype(torch.float32))
     grow(model).save_pretrained(args.out)
     for file in args.draft.iterdir():  # the tokenizer; not the model card, which describes the draft
         if file.name.startswith("tokenizer") or file.name == "special_tokens_map.json":

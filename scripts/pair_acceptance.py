@@ -4,7 +4,9 @@
 
 For each draft, with the target (default: the demo pair's):
 - acceptance rates on the training script's 32 held-out prompts (the first 24 tokens of function
-  definitions in the held-out files, ``held_out_prompts`` of ``minibass.zoo.train``), 48 new tokens,
+  definitions in the held-out files, ``held_out_prompts`` of ``minibass.zoo.train``: the first 32
+  found, all from the first two files), or with ``--prompts every-file`` on the first two of each
+  held-out file that has them (56 from 29 of the 31 files), 48 new tokens,
   through ``speculative_generate`` with the padded backend, as the training script's model cards do:
   greedy, and at temperature 1 with seeds 0 .. ``--seeds`` - 1 (one run's rate is noisy), for k = 2, 4, 6;
 - the cost of one draft call (1 token per sequence) in target decode steps at ``--batch``, with the
@@ -44,19 +46,25 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--prompts", choices=["script", "every-file"], default="script",
+                        help="script: the training script's 32 (default); every-file: two from each held-out file")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.target)
     _, held_files, _ = train.corpus_files()
-    prompts = train.held_out_prompts(tokenizer, train.read(held_files), 32, 24)
+    texts = train.read(held_files)
+    if args.prompts == "script":
+        prompts = train.held_out_prompts(tokenizer, texts, 32, 24)
+    else:
+        prompts = [p for text in texts for p in train.held_out_prompts(tokenizer, [text], 2, 24)]
     target = minibass.load_model(args.target)
     drafts = {str(d): minibass.load_model(d) for d in args.draft}
     started = time.time()
     command = shlex.join(["python", "scripts/pair_acceptance.py", *(sys.argv[1:] if argv is None else argv)])
     result = {"provenance": {**provenance("cpu"), "command": command}, "command": command,
-              "target": str(args.target), "prompts": len(prompts), "new_tokens": 48, "seeds": args.seeds,
+              "target": str(args.target), "prompts": len(prompts), "prompt_set": args.prompts, "new_tokens": 48, "seeds": args.seeds,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "drafts": {}}
     for name, draft in drafts.items():

@@ -52,6 +52,23 @@ def test_shipped_pair_is_small_and_documented():
     assert total < 25e6
 
 
+def test_the_shipped_prompts_come_from_held_out_files():
+    """Every prompt in prompts.json names a file of the training script's held-out split (a hash of the path,
+    whatever the Python), and is its text (where this Python is the one the prompts were cut from)."""
+    import platform
+
+    from minibass.zoo.train import corpus_files
+
+    train, held, root = corpus_files()
+    held = {p.relative_to(root).as_posix(): p for p in held}
+    trained = {p.relative_to(root).as_posix() for p in train}
+    data = json.loads((Path(zoo.__file__).parent / "demo" / "prompts.json").read_text())
+    prompts = data["prompts"]
+    assert len(prompts) == 29 and not any(p["file"] in trained for p in prompts)
+    if f"Python {platform.python_version()}." in data["about"]:
+        assert all(p["text"] in held[p["file"]].read_text(encoding="utf-8", errors="replace") for p in prompts)
+
+
 def test_logits_match_transformers(pair, hf_pair):
     target, draft, tokenizer = pair
     ids = tokenizer.encode(zoo.demo_prompts(1)[0], add_special_tokens=False)
@@ -87,11 +104,16 @@ def test_greedy_outputs_match_transformers_on_demo_prompts(pair, hf_pair):
         assert ref[0, len(prompt):].tolist() == tokens
 
 
-def test_training_resumes_exactly_where_it_stopped(tmp_path):
-    """Stopped by --max-minutes and carried on with --resume, training ends with the same weights
-    as an uninterrupted run (data stream, optimizer and step restored)."""
+def _same_weights(a, b) -> bool:
     from safetensors.torch import load_file
 
+    a, b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_resumes_exactly_where_it_stopped(tmp_path):
+    """Stopped by --max-minutes and carried on with --resume, training ends with the same weights
+    as an uninterrupted run (data stream, optimizer and step restored), and the card names both parts."""
     from minibass.zoo import train
 
     train.main(["--out", str(tmp_path / "whole"), "--fast"])
@@ -99,10 +121,59 @@ def test_training_resumes_exactly_where_it_stopped(tmp_path):
     assert (tmp_path / "parts" / "_work" / "target.pt").exists() and not (tmp_path / "parts" / "target").exists()
     train.main(["--out", str(tmp_path / "parts"), "--fast", "--resume"])
     for name in ("target", "draft"):
-        whole = load_file(tmp_path / "whole" / name / "model.safetensors")
-        parts = load_file(tmp_path / "parts" / name / "model.safetensors")
-        assert whole.keys() == parts.keys() and all(torch.equal(whole[k], parts[k]) for k in whole), name
+        assert _same_weights(tmp_path / "whole" / name, tmp_path / "parts" / name), name
     assert json.loads((tmp_path / "parts" / "prompts.json").read_text())["prompts"]
+    card = (tmp_path / "parts" / "draft" / "README.md").read_text()
+    assert f"--fast --max-minutes 0` then `python -m minibass.zoo.train --out {tmp_path / 'parts'} --fast --resume`" in card
+
+
+def test_training_resumes_exactly_when_stopped_while_distilling_on_the_targets_text(tmp_path, monkeypatch):
+    """A run that trains its target, writes the target's continuations (--on-policy) and is stopped while
+    distilling the draft ends, resumed, with the draft of an uninterrupted run: the saved bfloat16 copy of the
+    target is a copy, so both distil from the same float32 target."""
+    import time
+
+    from minibass.zoo import train
+
+    on_policy = ["--fast", "--on-policy", "4"]
+    train.main(["--out", str(tmp_path / "whole"), *on_policy])
+    fit = train.fit
+
+    def draft_stops(model, steps, data, generator, lr, loss, desc, checkpoint, deadline, monitor=None):
+        return fit(model, steps, data, generator, lr, loss, desc, checkpoint,
+                   time.time() - 1 if desc == "draft" else deadline, monitor)  # the draft stops after one step
+
+    monkeypatch.setattr(train, "fit", draft_stops)
+    train.main(["--out", str(tmp_path / "parts"), *on_policy])
+    monkeypatch.undo()
+    assert (tmp_path / "parts" / "_work" / "draft.pt").exists() and not (tmp_path / "parts" / "draft").exists()
+    train.main(["--out", str(tmp_path / "parts"), *on_policy, "--resume"])
+    for name in ("target", "draft"):
+        assert _same_weights(tmp_path / "whole" / name, tmp_path / "parts" / name), name
+
+
+def test_training_options_are_checked_before_any_work(tmp_path, capsys):
+    """Bad options, a --resume that changes the run's options or has nothing to resume: usage errors (exit 2)
+    before any training; --fast sets small defaults, not the options given."""
+    from minibass.zoo import train
+
+    out = str(tmp_path / "run")
+    for options, says in [(["--draft-shape", "0x64"], "LAYERS >= 1"), (["--target-shape", "12"], "LAYERSxHIDDEN"),
+                          (["--draft-shape", "1x100"], "multiple of 32"), (["--target-steps", "0"], ">= 1"),
+                          (["--seq-len", "2000"], "--seq-len must be in [2, 1024]"),
+                          (["--max-minutes", "-1"], ">= 0"), (["--batch", "1", "--on-policy", "4"], "--batch >= 2"),
+                          (["--target-from", str(tmp_path)], "no config.json"),
+                          (["--resume"], "holds no unfinished run")]:
+        with pytest.raises(SystemExit) as exit_status:
+            train.main(["--out", out, "--fast", *options])
+        err = capsys.readouterr().err
+        assert exit_status.value.code == 2 and says in err and "Traceback" not in err, (options, err)
+    train.main(["--out", out, "--fast", "--draft-steps", "2", "--max-minutes", "0"])  # stops after one target step
+    with pytest.raises(SystemExit):
+        train.main(["--out", out, "--fast", "--draft-steps", "3", "--resume"])
+    assert "--draft-steps 2 -> 3" in capsys.readouterr().err
+    train.main(["--out", out, "--fast", "--draft-steps", "2", "--resume", "--max-minutes", "5"])
+    assert "| training | 2 steps," in (tmp_path / "run" / "draft" / "README.md").read_text()
 
 
 def test_a_new_draft_is_distilled_from_a_kept_target(tmp_path):
@@ -466,8 +537,11 @@ def test_untying_a_drafts_head_keeps_its_function_and_frees_the_head(tmp_path):
     assert not minibass.load_model(tmp_path / "c" / "draft").config.tie_word_embeddings
 
     train.main(["--out", str(tmp_path / "d"), *from_draft, "--max-minutes", "0"])  # stops after one step
-    with pytest.raises(ValueError, match="resume with the flags of the run that wrote it"):
+    with pytest.raises(SystemExit):  # the run's options are checked first
         train.main(["--out", str(tmp_path / "d"), *from_draft[:-1], "--resume"])
+    with pytest.raises(ValueError, match="resume with the flags of the run that wrote it"):  # and the checkpoint
+        train.fit(train.llama(300, *train.parse_shape("1x32"), 128, 0), 3, None, torch.Generator(), 1e-3, None,
+                  "draft", tmp_path / "d" / "_work" / "draft.pt", None)
 
 
 def test_pair_acceptance_script_measures_drafts_against_the_target(tmp_path):

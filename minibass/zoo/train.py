@@ -44,9 +44,12 @@ Everything is seeded; rerunning with the same interpreter gives the same corpus 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import math
+import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -57,17 +60,19 @@ import torch
 from tqdm import tqdm
 
 EOS = "<|endoftext|>"
+MAX_LEN = 1024  # the models' max_position_embeddings
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "__pycache__"}
 
 
 def corpus_files(limit: int | None = None) -> tuple[list[Path], list[Path], Path]:
-    """(train files, held-out files, stdlib root); held-out = ~5% of files by path hash."""
+    """(train files, held-out files, stdlib root); held-out = ~5% of files by path hash. ``limit`` (tests):
+    that many files in all, the first held-out one among them."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py") if not SKIP_DIRS & set(p.relative_to(root).parts))
-    if limit:
-        files = files[:limit]
-    held = [p for p in files if int(hashlib.sha256(str(p.relative_to(root)).encode()).hexdigest(), 16) % 20 == 0]
+    held = [p for p in files if int(hashlib.sha256(p.relative_to(root).as_posix().encode()).hexdigest(), 16) % 20 == 0]
     train = [p for p in files if p not in set(held)]
+    if limit:
+        train, held = train[:limit - 1], held[:1]
     return train, held, root
 
 
@@ -228,8 +233,8 @@ def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, los
         start, losses, seconds = state["step"], state["losses"], state["seconds"]
 
     def save(step: int, elapsed: float) -> None:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": generator.get_state(),
-                    "step": step, "losses": losses, "seconds": elapsed, "tied": tied}, checkpoint)
+        save_atomically({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": generator.get_state(),
+                         "step": step, "losses": losses, "seconds": elapsed, "tied": tied}, checkpoint)
 
     model.train()
     began = time.time()
@@ -257,19 +262,35 @@ def fit(model, steps: int, data, generator: torch.Generator, peak_lr: float, los
     return True
 
 
+def save_atomically(state: dict, path: Path) -> None:
+    """``torch.save`` to a temporary file, then renamed over ``path``: a run killed while writing leaves the
+    previous checkpoint whole."""
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
 def minutes_spent(checkpoint: Path) -> float:
     return torch.load(checkpoint, weights_only=True)["seconds"] / 60
 
 
 def parse_shape(text: str) -> tuple[int, int, int, int]:
-    """'LAYERSxHIDDEN' -> (hidden, layers, heads, kv_heads) with 32-dimensional heads."""
-    layers, hidden = (int(x) for x in text.lower().split("x"))
-    heads = max(1, hidden // 32)
+    """'LAYERSxHIDDEN' -> (hidden, layers, heads, kv_heads) with 32-dimensional heads; ``ValueError`` for a
+    shape that is not LAYERSxHIDDEN with LAYERS >= 1 and HIDDEN a positive multiple of 32."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1 or int(parts[1]) < 32 \
+            or int(parts[1]) % 32:
+        raise ValueError(f"a shape is LAYERSxHIDDEN, LAYERS >= 1 and HIDDEN a multiple of 32 (32-dimensional "
+                         f"heads), e.g. 1x192; got {text!r}")
+    layers, hidden = int(parts[0]), int(parts[1])
+    heads = hidden // 32
     return hidden, layers, heads, max(1, heads // 2)
 
 
 @torch.no_grad()
 def held_out_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 64) -> float:
+    """Mean next-token cross-entropy over the first ``max_windows`` windows of ``seq_len`` tokens of the
+    stream: with the defaults 16,384 tokens, the first few files of the held-out stream (cards say so)."""
     windows = stream[: (len(stream) - 1) // seq_len * seq_len + 1]
     n = min(max_windows, (len(windows) - 1) // seq_len)
     total = 0.0
@@ -303,16 +324,21 @@ def acceptance_runs(target, draft, prompts: list[list[int]], new_tokens: int, se
     return out
 
 
-def held_out_prompts(tokenizer, texts: list[str], n: int, length: int) -> list[list[int]]:
-    """The first `length` tokens of function definitions in held-out files."""
+def held_out_prompts(tokenizer, texts: list[str], n: int, length: int, sources: list[int] | None = None
+                     ) -> list[list[int]]:
+    """The first `length` tokens of function definitions in held-out files, in file order: the first ``n``
+    found (with the defaults, 32 from the first two files). ``sources``, if given, receives the index in
+    ``texts`` of each prompt's file."""
     prompts = []
-    for text in texts:
+    for index, text in enumerate(texts):
         for i, line in enumerate(text.splitlines()):
             if line.lstrip().startswith("def ") and len(prompts) < n:
                 snippet = "\n".join(text.splitlines()[i:i + 6])
                 ids = tokenizer.encode(snippet, add_special_tokens=False)[:length]
                 if len(ids) == length:
                     prompts.append(ids)
+                    if sources is not None:
+                        sources.append(index)
     return prompts
 
 
@@ -345,25 +371,89 @@ tags: [minibass, speculative-decoding, demo]
 |---|---|
 | architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, {tying}, {params:,} parameters |
 | weights | bfloat16 safetensors |
-| corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {n_held} held-out files ({held_tokens:,} tokens), split by path hash |
+| corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {held_files} ({held_tokens:,} tokens), split by path hash |
 | training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
-| held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}) |
+| held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}), over the first {loss_tokens:,} tokens of the held-out stream |
 | acceptance (this pair, held-out prompts, minibass `speculative_generate`) | {acceptance} |
 
-Made by `python -m minibass.zoo.train {argv}` ({date}).
+Made by {made_by} ({date}).
 """
 
 
-def save(model, tokenizer, folder: Path, card: str):
-    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
-    model.to(torch.float32)
+def save(model, tokenizer, folder: Path):
+    """A Hugging Face folder: the weights rounded to bfloat16 (a copy: ``model`` itself is left as it is, so
+    that a run goes on from the same float32 weights whether or not it saved them on the way), the tokenizer."""
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     # transformers 5 names the class "TokenizersBackend", which 4.x cannot import; "PreTrainedTokenizerFast"
     # is the same class in 5.x and loads in both.
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (folder / "README.md").write_text(card)
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, before any work, options that would fail or mislead only after hours of training."""
+    for option in ("target_steps", "draft_steps", "batch", "vocab"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    if not 2 <= args.seq_len <= MAX_LEN:
+        parser.error(f"--seq-len must be in [2, {MAX_LEN}] (the models' max_position_embeddings), got {args.seq_len}")
+    if args.vocab < 257:
+        parser.error(f"--vocab must be >= 257 (the 256 bytes and end-of-text), got {args.vocab}")
+    for option in ("target_lr", "draft_lr"):
+        if not getattr(args, option) > 0:
+            parser.error(f"--{option.replace('_', '-')} must be > 0, got {getattr(args, option)}")
+    if args.max_minutes is not None and not args.max_minutes >= 0:
+        parser.error(f"--max-minutes must be >= 0, got {args.max_minutes}")
+    if args.on_policy < 0:
+        parser.error(f"--on-policy must be >= 0, got {args.on_policy}")
+    if args.on_policy and args.batch < 2:
+        parser.error("--on-policy fills half of every batch with the target's text: it needs --batch >= 2")
+    for option in ("target_shape", "draft_shape"):
+        try:
+            parse_shape(getattr(args, option))
+        except ValueError as error:
+            parser.error(f"--{option.replace('_', '-')}: {error}")
+    for option in ("target_from", "draft_from"):
+        folder = getattr(args, option)
+        if folder is not None and not (folder / "config.json").is_file():
+            parser.error(f"--{option.replace('_', '-')} {folder}: no Hugging Face model folder there (no config.json)")
+    if args.draft_from is not None and args.target_from is None:
+        parser.error("--draft-from needs --target-from (a draft goes on distilling from the target it was made for)")
+    if args.draft_from is not None and args.draft_init != "random":
+        parser.error("--draft-init target starts a new draft; --draft-from goes on with a trained one: give one of them")
+
+
+# What a part may change when it resumes a run: how long it runs, and that it resumes.
+PART_OPTIONS = {"max_minutes", "resume"}
+
+
+def resumed_parts(parser: argparse.ArgumentParser, args: argparse.Namespace, work: Path, argv: list[str]) -> list:
+    """The command lines of this run's parts so far, this one last, kept in ``work/run.json`` with the
+    run's options. A ``--resume`` part must give the options of the part that started the run (all but
+    ``--max-minutes``): the checkpoints, the random stream and the card all follow them."""
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in PART_OPTIONS}
+    record = work / "run.json"
+    if args.resume:
+        if not record.exists():
+            parser.error(f"--resume: {work} holds no unfinished run (it is removed when a run finishes)")
+        before = json.loads(record.read_text())
+        changed = [f"--{k.replace('_', '-')} {before['options'].get(k)!r} -> {v!r}"
+                   for k, v in options.items() if before["options"].get(k) != v]
+        if changed:
+            parser.error("--resume carries on with the options of the run that wrote the checkpoints; changed: "
+                         + ", ".join(changed))
+        parts = before["parts"] + [list(argv)]
+    else:
+        parts = [list(argv)]
+    work.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"options": options, "parts": parts}, indent=1) + "\n")
+    return parts
 
 
 def main(argv=None):
@@ -400,28 +490,22 @@ def main(argv=None):
     parser.add_argument("--on-policy", type=int, default=0, metavar="N",
                         help="distil the draft half on N continuations the target writes itself (0: corpus only)")
     args = parser.parse_args(argv)
-    if args.fast:
-        args.target_steps, args.draft_steps, args.batch, args.seq_len, args.vocab = 4, 3, 2, 32, 300
-        args.target_shape, args.draft_shape = "2x64", "1x64" if args.draft_init == "target" else "1x32"
-        args.on_policy = min(args.on_policy, 4)
-    if args.draft_from is not None and args.target_from is None:
-        parser.error("--draft-from needs --target-from (a draft goes on distilling from the target it was made for)")
-    if args.draft_from is not None and args.draft_init != "random":
-        parser.error("--draft-init target starts a new draft; --draft-from goes on with a trained one: give one of them")
+    if args.fast:  # tiny defaults; options given on the command line still win
+        parser.set_defaults(target_steps=4, draft_steps=3, batch=2, seq_len=32, vocab=300, target_shape="2x64",
+                            draft_shape="1x64" if args.draft_init == "target" else "1x32")
+        args = parser.parse_args(argv)
+    check_options(parser, args)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
     deadline = started + 60 * args.max_minutes if args.max_minutes is not None else None
     out = Path(args.out)
     tmp = out / "_work"
     if tmp.exists() and not args.resume:
         shutil.rmtree(tmp)  # a fresh run
-    tmp.mkdir(parents=True, exist_ok=True)
+    parts = resumed_parts(parser, args, tmp, sys.argv[1:] if argv is None else argv)
 
     train_files, held_files, root = corpus_files(limit=12 if args.fast else None)
     train_texts, held_texts = read(train_files), read(held_files)
-    if not held_texts:
-        held_texts = train_texts[-1:]
     print(f"corpus: {len(train_files)} train / {len(held_files)} held-out files from {root}", flush=True)
     if args.target_from is not None or (tmp / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast
@@ -435,8 +519,8 @@ def main(argv=None):
     vocab, eos = len(tokenizer), tokenizer.eos_token_id
 
     shapes = {"target": parse_shape(args.target_shape), "draft": parse_shape(args.draft_shape)}
-    target = llama(vocab, *shapes["target"], 1024, eos)
-    draft = llama(vocab, *shapes["draft"], 1024, eos)
+    target = llama(vocab, *shapes["target"], MAX_LEN, eos)
+    draft = llama(vocab, *shapes["draft"], MAX_LEN, eos)
     # (Both are built at random first even when loaded below: that keeps the random stream, and so a
     # --target-from run's draft, what it has always been.)
     kept = None  # the target's own metrics when it is kept from --target-from
@@ -479,10 +563,10 @@ def main(argv=None):
             target_dir = args.target_from
             if target_dir is None:  # the target was trained in this run: save it first
                 target_dir = tmp / "target"
-                save(target, tokenizer, target_dir, "")
+                save(target, tokenizer, target_dir)
             began = time.time()
             rows = target_continuations(target_dir, train_stream, args.on_policy, args.seq_len, 32, gen)
-            torch.save({"rows": rows, "seconds": time.time() - began}, written_file)
+            save_atomically({"rows": rows, "seconds": time.time() - began}, written_file)
         written = torch.load(written_file, weights_only=True)
         data = mixed_batches(train_stream, written["rows"], args.batch, args.seq_len, gen)
     if not fit(draft, args.draft_steps, data, gen, args.draft_lr,
@@ -492,19 +576,28 @@ def main(argv=None):
     target_minutes = minutes_spent(tmp / "target.pt") if kept is None else kept.get("minutes", {}).get("target", 0.0)
 
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
+    # A kept target's learning rate is its own run's (its metrics.json), not this run's --target-lr.
+    target_lr = args.target_lr if kept is None else kept.get("lr", {}).get("target")
     common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
                   train_tokens=len(train_stream), held_tokens=len(held_stream), batch=args.batch,
-                  seq_len=args.seq_len, lr={"target": args.target_lr, "draft": args.draft_lr}, seed=args.seed, vocab=vocab,
-                  device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(sys.argv[1:] if argv is None else argv),
-                  date=time.strftime("%Y-%m-%d"))
+                  seq_len=args.seq_len, lr={"target": target_lr, "draft": args.draft_lr}, seed=args.seed, vocab=vocab,
+                  device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(map(shlex.quote, parts[-1])),
+                  parts=[" ".join(map(shlex.quote, part)) for part in parts], date=time.strftime("%Y-%m-%d"))
+    if kept is not None:
+        common["target_from"] = str(args.target_from)
     folders = {"target": out / "target", "draft": out / "draft"}
     if kept is not None and args.target_from.resolve() != folders["target"].resolve():
         shutil.copytree(args.target_from, folders["target"], dirs_exist_ok=True)
     for name, model in (("target", target), ("draft", draft)):
         if name == "draft" or kept is None:
-            save(model, tokenizer, folders[name], "")  # weights first: acceptance is measured on the saved pair
-    prompts = held_out_prompts(tokenizer, held_texts, 2 if args.fast else 32, 8 if args.fast else 24)
-    rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], 8 if args.fast else 48)
+            save(model, tokenizer, folders[name])  # weights first: acceptance is measured on the saved pair
+    sources = []
+    prompts = held_out_prompts(tokenizer, held_texts, 2 if args.fast else 32, 8 if args.fast else 24, sources)
+    new_tokens = 8 if args.fast else 48
+    rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], new_tokens)
+    rates_text = (", ".join(f"{k}: {v}" for k, v in rates.items()) + f" ({len(prompts)} prompts of "
+                  f"{len(prompts[0]) if prompts else 1} tokens from {plural(len(set(sources)), 'held-out file')}, "
+                  f"{new_tokens} new tokens)")
     summary = {
         "target": "The target of minibass's demo pair: a small code model trained from scratch.",
         "draft": "The draft of minibass's demo pair, distilled from the target (" +
@@ -516,7 +609,7 @@ def main(argv=None):
             card = (folders[name] / "README.md").read_text()
             row = "| acceptance (this pair, held-out prompts, minibass `speculative_generate`) | "
             (folders[name] / "README.md").write_text("\n".join(
-                row + ", ".join(f"{k}: {v}" for k, v in rates.items()) + " |" if line.startswith(row) else line
+                row + rates_text + " |" if line.startswith(row) else line
                 for line in card.splitlines()) + "\n")
             continue
         hidden, layers, heads, kv_heads = shapes[name]
@@ -531,9 +624,10 @@ def main(argv=None):
         if name == "draft" and args.draft_from is not None:
             before_file = args.draft_from.parent / "metrics.json"
             before = json.loads(before_file.read_text()) if before_file.exists() else {}
+            made = before.get("parts") or ([before["argv"]] if "argv" in before else [])
             history += (f"; started from the draft in `{args.draft_from}`" +
-                        (f", made by `python -m minibass.zoo.train {before['argv']}` in "
-                         f"{before['minutes']['draft']:.1f} min" if "argv" in before else ""))
+                        (", made by " + " then ".join(f"`python -m minibass.zoo.train {part}`" for part in made) +
+                         f" in {before['minutes']['draft']:.1f} min" if made else ""))
         card = MODEL_CARD.format(role=name, summary=summary[name], hidden=hidden, heads=heads,
                                  layers="1 layer" if layers == 1 else f"{layers} layers",
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
@@ -541,7 +635,11 @@ def main(argv=None):
                                  steps=args.target_steps if name == "target" else args.draft_steps,
                                  minutes=target_minutes if name == "target" else draft_minutes,
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
-                                 acceptance=", ".join(f"{k}: {v}" for k, v in rates.items()), history=history,
+                                 acceptance=rates_text, history=history,
+                                 held_files=plural(len(held_files), "held-out file"),
+                                 loss_tokens=min(64, (len(held_stream) - 1) // args.seq_len) * args.seq_len,
+                                 made_by=" then ".join(f"`python -m minibass.zoo.train {part}`"
+                                                       for part in common["parts"]),
                                  **{**common, "lr": common["lr"][name]})
         (folders[name] / "README.md").write_text(card)
     minutes = {"target": target_minutes, "draft": draft_minutes}
@@ -550,7 +648,7 @@ def main(argv=None):
     metrics = {"held_out_loss": losses, "acceptance": rates, "minutes": minutes, "draft_loss": args.draft_loss,
                **common}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    write_demo_prompts(held_files or train_files[-1:], root, out / "prompts.json")  # (--fast: maybe no held-out file)
+    write_demo_prompts(held_files, root, out / "prompts.json")
     shutil.rmtree(tmp)
     print(json.dumps(metrics, indent=2))
 

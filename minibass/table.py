@@ -35,8 +35,12 @@ class TableLM:
 
     def __init__(self, table: Tensor, *, order: int, max_seq_len: int | None = None):
         table = torch.as_tensor(table, dtype=torch.float64)
-        if table.dim() != 3:
-            raise ValueError(f"table must be [period, (V+1)**order, V], got shape {tuple(table.shape)}")
+        if table.dim() != 3 or not table.shape[0] or not table.shape[-1]:
+            raise ValueError(f"table must be [period >= 1, (V+1)**order, V >= 1], got shape {tuple(table.shape)}")
+        if isinstance(order, bool) or not isinstance(order, int) or order < 0:
+            raise ValueError(f"order must be an int >= 0, got {order!r}")
+        if torch.isnan(table).any() or torch.isposinf(table).any():
+            raise ValueError("table logits must be finite or -inf (probability 0), not NaN or +inf")
         vocab = table.shape[-1]
         if table.shape[1] != (vocab + 1) ** order:
             raise ValueError(f"table has {table.shape[1]} context rows, expected (V+1)**order = {(vocab + 1) ** order}")
@@ -61,6 +65,8 @@ class TableLM:
     def from_probs(cls, probs: Tensor, **kwargs) -> "TableLM":
         """An order-0 model: row t of ``probs`` [T, V] is the next-token distribution at position t (cycled)."""
         probs = torch.as_tensor(probs, dtype=torch.float64)
+        if probs.dim() != 2 or not torch.isfinite(probs).all() or (probs < 0).any():
+            raise ValueError(f"probs must be [T, V] of finite values >= 0, got shape {tuple(probs.shape)}")
         return cls(probs.log()[:, None, :], order=0, **kwargs)
 
     def init_cache(self, batch_size: int, capacity: int) -> TableCache:

@@ -54,6 +54,17 @@ def position_models(draw, max_vocab=8):
     return TableLM.from_probs(p), TableLM.from_probs(q)
 
 
+def test_a_table_model_refuses_tables_it_cannot_sample_from():
+
+    for bad in (lambda: TableLM(torch.full((1, 3, 2), float("nan")), order=1),
+                lambda: TableLM(torch.full((1, 3, 2), float("inf")), order=1),
+                lambda: TableLM(torch.zeros(1, 3, 2), order=True), lambda: TableLM(torch.zeros(1, 3, 2), order=1.0),
+                lambda: TableLM.random(3, period=0), lambda: TableLM.from_probs([0.5, 0.5]),
+                lambda: TableLM.from_probs([[0.5, -0.1, 0.6]])):
+        with pytest.raises(ValueError):
+            bad()
+
+
 @given(models=position_models(), k=st.integers(1, 4), n=st.integers(1, 3))
 def test_exact_equality_for_generated_distributions(models, k, n):
     target, draft = models

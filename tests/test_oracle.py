@@ -289,6 +289,39 @@ def test_a_generator_with_a_planted_loop_bug_fails():
     assert_caught_by_the_statistics(verdict)
 
 
+def test_a_generator_that_ignores_warping_fails_a_warped_check_and_the_identity_says_so():
+    """An engine that samples the target unwarped whatever it is asked passes at temperature 1 without filters,
+    where warping is the identity, and the verdict says that this cannot see warping bugs; with warping asked
+    for, it fails."""
+    unwarped = lambda t, d, prompt, n, samples, sampling, seed: adapters.minibass_generator(  # noqa: E731
+        t, d, prompt, n, samples, minibass.SamplingParams(), seed)
+    plain = oracle.check_generator(unwarped, samples=2_000)
+    assert plain.ok and any("warping is the identity" in note for note in plain.notes)
+    warped = oracle.check_generator(unwarped, samples=2_000,
+                                    sampling=minibass.SamplingParams(temperature=0.7, top_k=4, top_p=0.9))
+    print(warped)
+    assert not warped.ok and not any("warping is the identity" in note for note in warped.notes)
+
+
+def test_a_token_left_out_by_a_hair_is_excused_and_one_left_out_clearly_is_not(tmp_path):
+    """top_p just below a cutoff of the oracle's target (the mass of its two likeliest first tokens): an engine
+    whose top_p lies 1e-6 higher, as float32 arithmetic may make it, keeps a third token, which the float64
+    oracle leaves out by less than CUTOFF_BAND: excused, with a note, and the verdict passes. The same engine
+    against a top_p 1e-3 below the cutoff emits a token the oracle leaves out clearly: impossible, a failure."""
+    from minibass.oracle.generator import DRAFT_NOISE, next_token_probs, write_pair
+
+    target = minibass.load_model(write_pair(tmp_path, 0, 8, DRAFT_NOISE)[0], dtype=torch.float64)
+    first = next_token_probs(target, np.zeros((1, 1), dtype=np.int64), minibass.SamplingParams())[0, 0]
+    cutoff = np.sort(first)[::-1][:2].sum()  # the mass of the two likeliest first tokens
+    engine = lambda t, d, prompt, n, samples, sampling, seed: adapters.minibass_generator(  # noqa: E731
+        t, d, prompt, n, samples, minibass.SamplingParams(top_p=float(cutoff + 5e-7)), seed)
+    hair = oracle.check_generator(engine, samples=2_000, sampling=minibass.SamplingParams(top_p=float(cutoff - 5e-7)))
+    print(hair)
+    assert hair.ok and any("by less than 1e-05" in note for note in hair.notes)
+    clear = oracle.check_generator(engine, samples=2_000, sampling=minibass.SamplingParams(top_p=float(cutoff - 1e-3)))
+    assert [c.name for c in clear.failures()] == ["impossible sequences"]
+
+
 def assert_caught_by_the_statistics(verdict):
     """Failed through a G-test, not because the engine crashed or returned too little."""
     failed = [c.name for c in verdict.failures()]
@@ -783,6 +816,32 @@ def test_counts_that_are_not_ints_are_usage_errors():
         oracle.check_attention(BACKENDS["naive"], device="meta")
 
 
+def test_the_python_api_checks_its_arguments_as_the_cli_does():
+    """Code that is not callable and seeds outside [0, 2**63) are ValueErrors, not a torch error or a verdict."""
+    for call in (lambda: oracle.check_sampler(None), lambda: oracle.check_given_uniforms(None),
+                 lambda: oracle.check_sampler(minibass.rejection_sample, seed=1.5),
+                 lambda: oracle.check_sampler(minibass.rejection_sample, seed=-1),
+                 lambda: oracle.check_attention(BACKENDS["naive"], seed=2 ** 64),
+                 lambda: oracle.check_generator(adapters.minibass_generator, seed="a")):
+        with pytest.raises(ValueError, match="callable|seed must be an int"):
+            call()
+
+
+def test_given_uniforms_refuses_float_counts_rather_than_truncating_them():
+    """A step returning num_accepted 0.9 is told it returned floats, not that 0 was the wrong count."""
+    def floats(draft_tokens, q, p, u_accept, u_next):
+        n, y = minibass.rejection.accept_and_resample(draft_tokens, q, p, u_accept, u_next)
+        return n.double() - 0.1 * (n > 0), y
+
+    verdict = oracle.check_given_uniforms(floats)
+    assert not verdict.ok and "expected integers" in verdict.failures()[0].detail
+
+
+def test_an_attention_kernel_returning_a_sparse_tensor_gets_a_verdict():
+    verdict = oracle.check_attention(lambda *a, **kw: BACKENDS["naive"](*a, **kw).to_sparse(), cases=1)
+    assert not verdict.ok and "layout" in str(verdict)
+
+
 def test_a_sampler_returning_counts_that_are_not_integers_fails():
     """num_accepted as float n + 0.7: cut to an integer it would pass every row."""
     def float_counts(draft_tokens, draft_probs, target_probs, *, generator=None):
@@ -969,6 +1028,12 @@ def test_cli_usage_errors_exit_2(args, says, capsys):
         main(["oracle", *args])
     err = capsys.readouterr().err
     assert exit_status.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_oracle_runs_as_its_own_module_too():
+    """``python -m minibass.oracle`` is ``python -m minibass oracle``, as ``python -m minibass.bench`` is a module."""
+    run = subprocess.run([sys.executable, "-m", "minibass.oracle", "sampler", "nosuch"], capture_output=True, text=True)
+    assert run.returncode == 2 and "TARGET must be 'package.module:function'" in run.stderr, run.stderr
 
 
 def test_cli_a_module_raising_on_import_is_a_usage_error_with_its_line(tmp_path, monkeypatch, capsys):

@@ -27,6 +27,7 @@ import torch
 
 from ..attention import naive
 from ..sampling import is_int
+from . import stats
 from .verdict import Verdict, raised
 
 # Max abs error allowed against the float64 reference, per input dtype (bf16 keeps 8 bits of mantissa,
@@ -162,7 +163,7 @@ def _finite_on_large_scores(fn, cases: list[AttentionCase], dtype, device) -> tu
         except Exception as e:
             bad, first = bad + 1, first or f"{case}; {raised(e)}"
             continue
-        if not torch.is_tensor(out) or out.shape != q.shape or out.device != q.device:
+        if not torch.is_tensor(out) or out.layout != torch.strided or out.shape != q.shape or out.device != q.device:
             bad, first = bad + 1, first or f"{case}; no output of q's shape and device (see the row above)"
         elif not torch.isfinite(out).all():
             row, head, _ = torch.nonzero(~torch.isfinite(out.detach().cpu()))[0].tolist()
@@ -207,6 +208,8 @@ def _run_case(fn, case: AttentionCase, dtype, device) -> tuple[float, str]:
         return float("inf"), f"modified {', '.join(changed)} in place: inputs belong to the caller"
     if not torch.is_tensor(out):
         return float("inf"), f"returned a {type(out).__name__}, expected a torch tensor of shape {tuple(q.shape)}"
+    if out.layout != torch.strided:
+        return float("inf"), f"returned a tensor of layout {out.layout}, expected a dense (strided) one"
     if tuple(out.shape) != tuple(q.shape):
         return float("inf"), f"returned shape {tuple(out.shape)}, expected {tuple(q.shape)}"
     if out.dtype != q.dtype:
@@ -235,7 +238,7 @@ def _non_finite_cause(fn, case: AttentionCase, dtype, device) -> str:
     """Why the output was not finite, told apart by running the case again with the stale slots zeroed."""
     try:
         out = _call(fn, case, case.tensors(dtype, device, poison=False))
-        finite = bool(torch.isfinite(out).all())
+        finite = bool(torch.isfinite(out.to_dense()).all())
     except Exception:  # it raised this time: say nothing more than the first run showed
         return "a stale slot (NaN/inf past kv_lens) leaked in?"
     if finite:
@@ -285,6 +288,7 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     """
     if not is_int(cases) or cases < 1:
         raise ValueError(f"cases must be an int >= 1, got {cases!r}")
+    stats.check_call(fn, seed)
     if head_dims is not None:
         given = head_dims
         head_dims = tuple(head_dims) if isinstance(head_dims, (list, tuple, set, frozenset, range)) else (head_dims,)

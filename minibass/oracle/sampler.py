@@ -25,7 +25,7 @@ invariants are probed separately: a draft token with p(x) = 0 is never accepted,
 accepts everything, and the inputs are left unchanged.
 
 False alarms: each of the m tests runs at alpha / m (Bonferroni), so a correct sampler fails
-with probability <= alpha. Power: the report states, per setup, the smallest total variation the
+with probability <= alpha, up to the chi-square approximation of each G-test (``stats.g_test``). Power: the report states, per setup, the smallest total variation the
 joint test catches with probability 0.99 at this many rows (``stats.detectable_tv``).
 """
 
@@ -192,6 +192,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
     if not is_int(rows) or rows < 100:
         raise ValueError(f"rows must be an int >= 100, got {rows!r}")
     stats.check_alpha(alpha)
+    stats.check_call(fn, seed)
     started = time.perf_counter()
     verdict = Verdict(f"sampler {name or getattr(fn, '__qualname__', repr(fn))}")
     generator = torch.Generator().manual_seed(seed)
@@ -232,7 +233,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
                                detail=stats.worst_cells(coarse_exact, coarse_possible, words=words))
     verdict.notes.append(f"{rows:,} rows per setup, V = {V}, k = {K}; each of {n_tests} tests at alpha / {n_tests} = "
                          f"{level:.2g}. Smallest total variation of the joint caught with probability 0.99: "
-                         + ", ".join(powers))
+                         + (", ".join(powers) or "none: no setup's call returned events"))
     verdict.seconds = time.perf_counter() - started
     return verdict
 
@@ -293,6 +294,7 @@ def check_given_uniforms(fn, *, name: str | None = None, dtype=torch.float64) ->
     """
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    stats.check_call(fn)
     started = time.perf_counter()
     verdict = Verdict(f"given uniforms {name or getattr(fn, '__qualname__', repr(fn))}")
     q = torch.tensor([[[0.5, 0.25, 0.25, 0.0]]], dtype=dtype)
@@ -318,10 +320,14 @@ def check_given_uniforms(fn, *, name: str | None = None, dtype=torch.float64) ->
             wrong.append(f"{label}: {raised(e)}")
             continue
         try:
-            n, y = (int(torch.as_tensor(t).reshape(-1)[0]) for t in result)
+            n, y = (torch.as_tensor(t).reshape(-1)[0] for t in result)
         except (TypeError, RuntimeError, ValueError, IndexError):
             wrong.append(f"{label}: returned {type(result).__name__}; expected (num_accepted [1], next_tokens [1])")
             continue
+        if n.is_floating_point() or y.is_floating_point() or n.dtype == torch.bool or y.dtype == torch.bool:
+            wrong.append(f"{label}: returned num_accepted {n.dtype} and next_tokens {y.dtype}; expected integers")
+            continue
+        n, y = int(n), int(y)
         residual = (p[0, 0] - q[0, 0]).clamp_min(0) if n == 0 else p[0, 1]
         if not 0 <= y < q.shape[-1]:
             wrong.append(f"{label}: next token {y} outside the vocabulary")

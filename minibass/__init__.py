@@ -1,6 +1,7 @@
 """minibass: batched speculative decoding (BASS), small and readable.
 
-Reading order: sampling -> attention/ -> cache -> model -> loading -> generate -> rejection -> table -> exact -> draft_length -> speculative.
+Reading order (as in the README): sampling -> cache -> attention/ -> model -> loading -> generate -> rejection -> table
+-> exact -> draft_length -> speculative -> costmodel.
 """
 
 from . import attention, exact, sampling

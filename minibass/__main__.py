@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="decode text prompts with local checkpoint folders")
     common(p, default_tokens=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: all)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens and any tied with the k-th (default 0: all)")
     p.add_argument("--top-p", type=float, default=1.0,
                    help="keep the most likely tokens up to this probability mass (default 1.0: all)")
     p.add_argument("--draft-length", default="dynamic",

@@ -66,6 +66,8 @@ def test_only_the_documented_run_writes_the_committed_results():
     for trial in (["--quick"], ["--reps", "2"]):
         assert common.result_path(parser, parser.parse_args(trial), "x.json", None) == Path("build/bench/x.json")
     assert common.result_path(parser, parser.parse_args(["--quick"]), "x.json", "/tmp/y.json") == Path("/tmp/y.json")
+    # A run that names one of its files is not the documented run: the file it leaves unnamed is a trial one.
+    assert common.result_path(parser, parser.parse_args(["--out", "/tmp/y.json"]), "x.png", None) == Path("build/bench/x.png")
 
 
 # For each benchmark: an option that makes its run a trial one (the documented run has none).
@@ -88,6 +90,11 @@ def test_each_benchmark_writes_the_committed_file_only_for_its_documented_run(na
         module.main(argv)
         (paths,) = written
         assert paths and all(path.parent == folder for path in paths), (argv, paths)
+    if name != "decode":  # (decode writes no plot) a run that names its plot does not write the committed JSON
+        written.clear()
+        module.main(["--plot", "/tmp/mine.png"])
+        (paths,) = written
+        assert Path("/tmp/mine.png") in paths and [p.parent for p in paths if p.suffix == ".json"] == [common.TRIALS]
 
 
 def test_a_small_run_records_its_own_command_and_stays_out_of_the_committed_results(tmp_path, monkeypatch):

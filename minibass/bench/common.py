@@ -26,7 +26,7 @@ def rate_text(value) -> str:
 
 COMMAND: str | None = None  # the command line of the run in progress, set by ``parse`` (for ``provenance``)
 RESULTS, TRIALS = Path("bench_results"), Path("build/bench")
-KEPT = {"device", "out", "plot"}  # the options a run may set and still write the committed results
+KEPT = {"device"}  # the one option a run may set and still write the committed results
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,7 +66,9 @@ def parse(parser: argparse.ArgumentParser, argv, name: str) -> argparse.Namespac
 def result_path(parser: argparse.ArgumentParser, args: argparse.Namespace, stem: str, given: str | None) -> Path:
     """Where a run writes ``stem`` (e.g. ``attention-cpu.json``): ``given`` if set; else the committed
     results, ``bench_results/stem``, for the documented run (every option but ``--device`` at its
-    default); else ``build/bench/stem``, so that a trial run (``--quick``, other sizes) never replaces them."""
+    default); else ``build/bench/stem``, so that a trial run (``--quick``, other sizes) never replaces them.
+    ``--out`` or ``--plot`` counts as an option too: a run that names one of its files writes the file it
+    leaves unnamed under ``build/bench/``."""
     if given:
         return Path(given)
     changed = [k for k, v in vars(args).items() if k not in KEPT and v != parser.get_default(k)]

@@ -240,8 +240,9 @@ def main(argv=None):
     parser.add_argument("--plot", default=None, help="default: bench_results/policies-cpu.png (likewise)")
     args = parse(parser, argv, "policies")
     measured = args.iid is None and not args.gpu_like
-    out = args.out or (result_path(parser, args, "policies-cpu.json", None) if measured else None)
-    plot = args.plot or (result_path(parser, args, "policies-cpu.png", None) if measured else None)
+    # Made-up runs write only the files named for them.
+    out = result_path(parser, args, "policies-cpu.json", args.out) if measured or args.out else None
+    plot = result_path(parser, args, "policies-cpu.png", args.plot) if measured or args.plot else None
     try:
         run(args.batch_sizes, [parse_draft_length(p) for p in args.draft_lengths], args.new_tokens, args.k_max,
             out, plot, iid=args.iid, gpu_like=args.gpu_like)

@@ -322,6 +322,37 @@ def test_a_token_left_out_by_a_hair_is_excused_and_one_left_out_clearly_is_not(t
     assert [c.name for c in clear.failures()] == ["impossible sequences"]
 
 
+def test_a_token_kept_by_a_hair_after_some_prefix_is_kept_by_the_reference_after_that_prefix(tmp_path):
+    """The same at the second token, after first token 1 (top_p at the likeliest token's mass there): the samples
+    holding the excused token are not dropped, which would skew the counts of the first token, but tested against
+    the target keeping it after that prefix, as the engine does."""
+    from minibass.oracle.generator import DRAFT_NOISE, next_token_probs, write_pair
+
+    target = minibass.load_model(write_pair(tmp_path, 0, 8, DRAFT_NOISE)[0], dtype=torch.float64)
+    cutoff = next_token_probs(target, np.array([[1, 0]]), minibass.SamplingParams())[0, 1].max()
+    engine = lambda t, d, prompt, n, samples, sampling, seed: adapters.minibass_generator(  # noqa: E731
+        t, d, prompt, n, samples, minibass.SamplingParams(top_p=float(cutoff + 5e-7)), seed)
+    hair = oracle.check_generator(engine, samples=20_000, sampling=minibass.SamplingParams(top_p=float(cutoff - 5e-7)))
+    print(hair)
+    assert hair.ok and any("by less than 1e-05" in note and "[1] -> " in note for note in hair.notes)
+
+
+def test_what_counts_as_a_hair():
+    """Near a cutoff: within 1e-5 of greedy's maximum or top-k's k-th logit in logit units (whatever the
+    temperature), or of top_p in mass; never a token top-p leaves out clearly once top-k keeps it, nor one of
+    logit -inf."""
+    from minibass.oracle.generator import near_a_cutoff
+
+    def near(logits, token, **sampling):
+        return near_a_cutoff(torch.tensor(logits, dtype=torch.float64), token, minibass.SamplingParams(**sampling))
+
+    assert near([1.0, 1.0 - 1e-6, 0.0], 1, temperature=0) and not near([1.0, 0.999, 0.0], 1, temperature=0)
+    assert near([0.0, -1.0, -1.0 - 1e-6], 2, top_k=2, temperature=100)
+    assert not near([0.0, -1.0, -1.0 - 5e-4], 2, top_k=2, temperature=100)  # 5e-4 in logits, 5e-6 once scaled
+    assert not near([5.0, 0.0, -1e-7, -3.0], 2, top_k=2, top_p=0.5)  # near top-k's cutoff, far from top-p's
+    assert not near([0.0, 0.0, float("-inf")], 2, top_p=0.99999)
+
+
 def assert_caught_by_the_statistics(verdict):
     """Failed through a G-test, not because the engine crashed or returned too little."""
     failed = [c.name for c in verdict.failures()]

@@ -10,7 +10,9 @@ and returns samples:
 Speculative decoding is exact iff every token follows the target's (warped) distribution given
 the prompt and the tokens before it. The oracle loads the target into minibass (float64) and
 computes, by teacher forcing, that distribution at every position of every distinct sample
-(``next_token_probs``). Three kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 2):
+(``next_token_logits``, ``reference_probs``). A token that greedy, top-k or top-p leaves out by
+less than ``CUTOFF_BAND`` (``near_a_cutoff``), which an engine computing in float32 may keep, is
+not impossible: after each prefix where the engine emitted one, the reference keeps it too. Three kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 2):
 
 * the joint of the first ``JOINT_TOKENS`` tokens against its exact distribution, enumerated over
   all V^3 continuations (a G-test over up to 216 cells);
@@ -130,24 +132,50 @@ CUTOFF_BAND = 1e-5  # how near a cutoff a token left out by greedy, top-k or top
 
 def near_a_cutoff(logits: torch.Tensor, token: int, sampling: SamplingParams) -> bool:
     """Whether ``token``, which ``probs(logits, sampling)`` leaves out (logits [V], float64), misses being kept
-    by at most ``CUTOFF_BAND``: a logit that short of the maximum (greedy) or of the k-th largest scaled logit
-    (top-k, relative to its size), or a mass of the more likely tokens that reaches top_p by at most that
-    much. An engine computing in float32 (or in another order) may keep such a token."""
-    def close(gap, scale):
-        return bool(gap <= CUTOFF_BAND * (1 + abs(float(scale))))
+    by at most ``CUTOFF_BAND``: its logit that close to greedy's maximum or to top-k's k-th largest logit
+    (relative to the logit's size), and, with it kept by top-k, the mass of the tokens more likely than it
+    reaching top_p by at most that much. An engine computing in float32 (or in another order) may keep it.
+    A token of probability 0 before any cutoff (a logit of -inf) is never excused."""
+    def close(gap, logit):
+        return bool(gap <= CUTOFF_BAND * (1 + abs(float(logit))))
 
+    if not torch.isfinite(logits[token]):
+        return False
     if sampling.greedy:
         return close(logits.max() - logits[token], logits.max())
-    z = (logits - logits.max()) / sampling.temperature
-    if 0 < sampling.top_k < len(z):
-        kth = z.topk(sampling.top_k).values[-1]
-        if z[token] < kth:  # left out by top-k
-            return close(kth - z[token], kth)
-    if sampling.top_p >= 1:  # left out by nothing near a cutoff (a logit of -inf)
-        return False
-    p = probs(logits, SamplingParams(sampling.temperature, sampling.top_k))  # before top-p
+    allowed = torch.ones_like(logits, dtype=torch.bool)
+    if 0 < sampling.top_k < len(logits):
+        kth = logits.topk(sampling.top_k).values[-1]  # (temperature scales every logit alike: same order)
+        if logits[token] < kth and not close(kth - logits[token], kth):  # left out by top-k, clearly
+            return False
+        allowed = (logits >= kth) | (torch.arange(len(logits)) == token)  # top-k's set, with the token
+    if sampling.top_p >= 1:
+        return True
+    z = torch.where(allowed, (logits - logits.max()) / sampling.temperature, float("-inf"))
+    p = torch.softmax(z, -1)  # the distribution top-p cuts, the token kept by top-k
     earlier = (p > p[token]) | ((p == p[token]) & (torch.arange(len(p)) < token))  # ranked before it
-    return bool(p[earlier].sum() - sampling.top_p * p.sum() <= CUTOFF_BAND)
+    return bool(p[earlier].sum() - sampling.top_p <= CUTOFF_BAND)
+
+
+def reference_probs(logits: torch.Tensor, continuations: np.ndarray, sampling: SamplingParams,
+                    widened: dict | None = None) -> np.ndarray:
+    """P [U, n, V]: ``probs`` of the logits [U, n, V] (``next_token_logits`` of ``continuations`` [U, n]), where
+    ``widened`` ({prefix tuple: tokens}) names tokens a cutoff left out by a hair after that prefix and the
+    engine emitted there: after such a prefix the engine keeps them, so the reference does too (softmax over
+    the kept tokens and them; greedy: the emitted token, the engine's own near-tie)."""
+    conditional = probs(logits, sampling).numpy()
+    for (u, j) in np.ndindex(*continuations.shape) if widened else ():
+        tokens = widened.get(tuple(continuations[u, :j].tolist()))
+        if tokens:
+            row = torch.zeros(logits.shape[-1], dtype=torch.float64)
+            if sampling.greedy:
+                row[sorted(tokens)] = 1.0
+            else:
+                kept = torch.as_tensor(conditional[u, j] > 0)
+                kept[sorted(tokens)] = True
+                row = torch.where(kept, probs(logits[u, j], SamplingParams(sampling.temperature)), 0.0)
+            conditional[u, j] = (row / row.sum()).numpy()
+    return conditional
 
 
 def chosen_probs(conditional: np.ndarray, continuations: np.ndarray) -> np.ndarray:
@@ -155,11 +183,12 @@ def chosen_probs(conditional: np.ndarray, continuations: np.ndarray) -> np.ndarr
     return np.take_along_axis(conditional, continuations[..., None], -1)[..., 0]
 
 
-def exact_distribution(model, n_tokens: int, sampling: SamplingParams) -> dict:
+def exact_distribution(model, n_tokens: int, sampling: SamplingParams, widened: dict | None = None) -> dict:
     """{token tuple: probability} of the target's first n_tokens: over all VOCAB ** n_tokens continuations,
-    the product of their tokens' conditional probabilities (zero cells left out)."""
+    the product of their tokens' conditional probabilities (zero cells left out); ``widened``: as for
+    ``reference_probs``."""
     every = np.array(list(itertools.product(range(VOCAB), repeat=n_tokens)))  # (V^n, n)
-    p = chosen_probs(next_token_probs(model, every, sampling), every).prod(1)
+    p = chosen_probs(reference_probs(next_token_logits(model, every), every, sampling, widened), every).prod(1)
     return {tuple(e): float(pr) for e, pr in zip(every.tolist(), p) if pr > 0}
 
 
@@ -231,20 +260,24 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
         return
     sequences = np.array(list(observed))  # (U, n) the distinct continuations
     counts = np.array(list(observed.values()))  # (U,)
-    conditional = next_token_probs(target, sequences, sampling)  # (U, n, V)
+    logits = next_token_logits(target, sequences)  # (U, n, V)
+    p_token = chosen_probs(reference_probs(logits, sequences, sampling), sequences)  # (U, n)
+    widened = _near_cutoffs(logits, sequences, p_token, sampling)  # {prefix: tokens kept by a hair}
+    conditional = reference_probs(logits, sequences, sampling, widened)  # (U, n, V)
+    excused = np.array([any(int(s[j]) in widened.get(tuple(s[:j].tolist()), ()) for j in range(len(s)))
+                        for s in sequences])  # (U,)
     p_token = chosen_probs(conditional, sequences)  # (U, n)
     impossible = (p_token == 0).any(1)  # (U,)
-    excused = _near_cutoffs(target, sequences, p_token, impossible, sampling)  # (U,)
-    verdict.add("impossible sequences", "samples the target can never produce", int(counts[impossible & ~excused].sum()),
-                0, detail=_impossible_words(sequences[impossible & ~excused], counts[impossible & ~excused],
-                                            p_token[impossible & ~excused]))
+    verdict.add("impossible sequences", "samples the target can never produce", int(counts[impossible].sum()), 0,
+                detail=_impossible_words(sequences[impossible], counts[impossible], p_token[impossible]))
     if excused.any():
         verdict.notes.append(
             f"{int(counts[excused].sum())} samples hold a token that the oracle's float64 target leaves out, but by "
-            f"less than {CUTOFF_BAND:g} (its logit that close to the cutoff of greedy or top-k, or the mass of "
-            "the more likely tokens reaching top_p by that little), where an engine computing in float32 may keep "
-            f"it: not counted as impossible, and left out of the tests below; e.g. "
-            + _impossible_words(sequences[excused], counts[excused], p_token[excused]))
+            f"less than {CUTOFF_BAND:g} (its logit that close to the cutoff of greedy or top-k, or the mass of the "
+            "more likely tokens reaching top_p by that little), where an engine computing in float32 may keep it. "
+            f"After the {len(widened)} prefix{'es' * (len(widened) != 1)} where the engine emitted such a token, the "
+            "tests below take the target to keep it, as the engine did; e.g. "
+            + ", ".join(f"{list(prefix)} -> {sorted(tokens)}" for prefix, tokens in list(widened.items())[:3]))
     rows = [r for r in rows if len(r) >= n_tokens]
     sequences, counts, conditional = sequences[~impossible], counts[~impossible], conditional[~impossible]
     p_token = p_token[~impossible]
@@ -257,7 +290,7 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     firsts = Counter()
     for sequence, count in zip(sequences[:, :n_joint].tolist(), counts.tolist()):
         firsts[tuple(sequence)] += count
-    exact = exact_distribution(target, n_joint, sampling)
+    exact = exact_distribution(target, n_joint, sampling, widened)
     joint = stats.g_test(firsts, exact)
     later = " (every token, pair by pair: the rows below)" if n_joint < n_tokens else ""
     verdict.add_g_test("joint G-test", joint, level, what=f"first {n_joint} tokens together{later}, total variation "
@@ -278,18 +311,15 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
         verdict.notes.append(repeats_note)
 
 
-def _near_cutoffs(target, sequences: np.ndarray, p_token: np.ndarray, impossible: np.ndarray,
-                  sampling: SamplingParams) -> np.ndarray:
-    """bool [U]: the impossible sequences whose every left-out token lies within ``CUTOFF_BAND`` of a cutoff."""
-    excused = np.zeros(len(sequences), dtype=bool)
-    if not impossible.any():
-        return excused
-    rows = np.flatnonzero(impossible)
-    logits = next_token_logits(target, sequences[rows]).double()  # (R, n, V)
-    for i, u in enumerate(rows):
-        excused[u] = all(near_a_cutoff(logits[i, j], int(sequences[u, j]), sampling)
-                         for j in np.flatnonzero(p_token[u] == 0))
-    return excused
+def _near_cutoffs(logits: torch.Tensor, sequences: np.ndarray, p_token: np.ndarray, sampling: SamplingParams) -> dict:
+    """{prefix tuple: tokens}: the tokens of probability 0 the samples hold that a cutoff left out by less than
+    ``CUTOFF_BAND`` (``near_a_cutoff``), by the prefix they follow. logits [U, n, V] of ``sequences`` [U, n]."""
+    widened: dict = {}
+    for u, j in zip(*np.nonzero(p_token == 0)):
+        token = int(sequences[u, j])
+        if near_a_cutoff(logits[u, j].double(), token, sampling):
+            widened.setdefault(tuple(sequences[u, :j].tolist()), set()).add(token)
+    return widened
 
 
 def _impossible_words(sequences: np.ndarray, counts: np.ndarray, p_token: np.ndarray) -> str:

@@ -1,7 +1,7 @@
 r"""Trains the demo pair shipped with minibass: a small code model and a distilled draft.
 
     python -m minibass.zoo.train --out OUT --max-minutes 85              # a whole pair, part 1 (the target)
-    python -m minibass.zoo.train --out OUT --max-minutes 90 --resume     # part 2 (the draft; ~170 min in all, 2 cores)
+    python -m minibass.zoo.train --out OUT --max-minutes 80 --resume     # part 2 (the draft; ~170 min in all, 2 cores)
     python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target   # only a new draft
     python -m minibass.zoo.train --out OUT --target-from minibass/zoo/demo/target \
         --draft-from minibass/zoo/demo/draft --on-policy 4096 --draft-steps 2000 --draft-lr 1e-3   # go on distilling
@@ -61,6 +61,7 @@ from tqdm import tqdm
 
 EOS = "<|endoftext|>"
 MAX_LEN = 1024  # the models' max_position_embeddings
+OPENING = 32  # tokens of training text before each continuation the target writes (--on-policy)
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "__pycache__"}
 
 
@@ -414,6 +415,8 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"--on-policy must be >= 0, got {args.on_policy}")
     if args.on_policy and args.batch < 2:
         parser.error("--on-policy fills half of every batch with the target's text: it needs --batch >= 2")
+    if args.on_policy and args.seq_len < OPENING:
+        parser.error(f"--on-policy continues {OPENING}-token openings of training text: it needs --seq-len >= {OPENING}")
     for option in ("target_shape", "draft_shape"):
         try:
             parse_shape(getattr(args, option))
@@ -427,21 +430,34 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("--draft-from needs --target-from (a draft goes on distilling from the target it was made for)")
     if args.draft_from is not None and args.draft_init != "random":
         parser.error("--draft-init target starts a new draft; --draft-from goes on with a trained one: give one of them")
+    if args.draft_init == "target":  # the draft is the target cut short: as wide, and no deeper
+        hidden, layers, _, _ = parse_shape(args.draft_shape)
+        if args.target_from is not None:
+            config = json.loads((args.target_from / "config.json").read_text())
+            target_hidden, target_layers = config["hidden_size"], config["num_hidden_layers"]
+        else:
+            target_hidden, target_layers, _, _ = parse_shape(args.target_shape)
+        if hidden != target_hidden or layers > target_layers:
+            parser.error(f"--draft-init target needs a draft as wide as the target and no deeper: draft "
+                         f"{layers}x{hidden}, target {target_layers}x{target_hidden}")
 
 
-# What a part may change when it resumes a run: how long it runs, and that it resumes.
-PART_OPTIONS = {"max_minutes", "resume"}
+# What a part may change when it resumes a run: how long it runs, that it resumes, and how it spells OUT.
+PART_OPTIONS = {"max_minutes", "resume", "out"}
 
 
 def resumed_parts(parser: argparse.ArgumentParser, args: argparse.Namespace, work: Path, argv: list[str]) -> list:
     """The command lines of this run's parts so far, this one last, kept in ``work/run.json`` with the
     run's options. A ``--resume`` part must give the options of the part that started the run (all but
     ``--max-minutes``): the checkpoints, the random stream and the card all follow them."""
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in PART_OPTIONS}
+    options = {k: (str(v.resolve()) if isinstance(v, Path) else v) for k, v in vars(args).items()
+               if k not in PART_OPTIONS}
     record = work / "run.json"
     if args.resume:
         if not record.exists():
-            parser.error(f"--resume: {work} holds no unfinished run (it is removed when a run finishes)")
+            parser.error(f"--resume: {work} holds no unfinished run (it is removed when a run finishes"
+                         + ("; its checkpoints were written by a version that kept no run.json: start again)"
+                            if work.exists() else ")"))
         before = json.loads(record.read_text())
         changed = [f"--{k.replace('_', '-')} {before['options'].get(k)!r} -> {v!r}"
                    for k, v in options.items() if before["options"].get(k) != v]
@@ -565,7 +581,7 @@ def main(argv=None):
                 target_dir = tmp / "target"
                 save(target, tokenizer, target_dir)
             began = time.time()
-            rows = target_continuations(target_dir, train_stream, args.on_policy, args.seq_len, 32, gen)
+            rows = target_continuations(target_dir, train_stream, args.on_policy, args.seq_len, OPENING, gen)
             save_atomically({"rows": rows, "seconds": time.time() - began}, written_file)
         written = torch.load(written_file, weights_only=True)
         data = mixed_batches(train_stream, written["rows"], args.batch, args.seq_len, gen)

@@ -96,7 +96,10 @@ print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 # again: the "repeated continuations" row).
 # transformers' assisted generation, live, drafting 3 tokens a round (the adapter's default): its
 # first bonus token can come at position 4, so the check looks at `n_tokens=4` tokens (with fewer,
-# a bonus token drawn from the wrong row would go unseen; the verdict's last note says so):
+# a bonus token drawn from the wrong row would go unseen; the verdict's last note says so). It runs at
+# the default sampling, temperature 1 without top-k or top-p, where warping changes nothing: a note
+# says that an engine that warps wrongly would pass here, and that a second run with warping
+# (`sampling=minibass.SamplingParams(temperature=0.7, top_k=4, top_p=0.9)`) checks it.
 
 # %%
 verdict = oracle.check_generator(adapters.transformers_generator, samples=size(600, 3_000), n_tokens=4)

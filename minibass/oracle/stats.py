@@ -144,10 +144,18 @@ def critical_value(dof: int, alpha: float) -> float:
     return float(stats.chi2.isf(alpha, max(dof, 1)))
 
 
+def williams_bound(dof: int) -> float:
+    """The largest Williams factor ``g_test`` can divide G by with ``dof`` + 1 cells, each expecting at least
+    ``MIN_EXPECTED`` = 5: 1 + (sum 1/p - 1) / (6 n dof) < 1 + (dof + 1) / (30 dof)."""
+    dof = max(dof, 1)
+    return 1 + (dof + 1) / (6 * MIN_EXPECTED * dof)
+
+
 def miss_probability(n: int, tv: float, dof: int, alpha: float) -> float:
     """Upper bound on the chance that a sample of size ``n`` from a distribution at total variation
-    ``tv`` passes a G-test with ``dof`` degrees of freedom at level ``alpha``."""
-    return float(stats.ncx2.cdf(critical_value(dof, alpha), max(dof, 1), 4 * n * tv * tv))
+    ``tv`` passes a G-test with ``dof`` degrees of freedom at level ``alpha`` (G divided by at most
+    ``williams_bound(dof)``, so that G must pass that many times the critical value)."""
+    return float(stats.ncx2.cdf(critical_value(dof, alpha) * williams_bound(dof), max(dof, 1), 4 * n * tv * tv))
 
 
 def detectable_tv(n: int, dof: int, alpha: float, power: float = 0.99) -> float:

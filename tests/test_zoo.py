@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -125,8 +126,11 @@ def test_training_resumes_exactly_where_it_stopped(tmp_path):
     for name in ("target", "draft"):
         assert _same_weights(tmp_path / "whole" / name, tmp_path / "parts" / name), name
     assert json.loads((tmp_path / "parts" / "prompts.json").read_text())["prompts"]
-    card = (tmp_path / "parts" / "draft" / "README.md").read_text()
-    assert f"--fast --max-minutes 0` then `python -m minibass.zoo.train --out {tmp_path / 'parts'} --fast --resume`" in card
+    card = (tmp_path / "parts" / "draft" / "README.md").read_text()  # each part, and how long it ran
+    assert re.search(r"--fast --max-minutes 0` \(\d+\.\d min\) then `python -m minibass\.zoo\.train --out "
+                     + re.escape(str(tmp_path / "parts")) + r" --fast --resume` \(\d+\.\d min\)", card), card
+    parts = json.loads((tmp_path / "parts" / "metrics.json").read_text())["parts"]
+    assert [p["command"].split()[-1] for p in parts] == ["0", "--resume"] and all(p["minutes"] >= 0 for p in parts)
 
 
 def test_training_resumes_exactly_when_stopped_while_distilling_on_the_targets_text(tmp_path, monkeypatch):

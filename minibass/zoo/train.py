@@ -447,9 +447,10 @@ PART_OPTIONS = {"max_minutes", "resume", "out"}
 
 
 def resumed_parts(parser: argparse.ArgumentParser, args: argparse.Namespace, work: Path, argv: list[str]) -> list:
-    """The command lines of this run's parts so far, this one last, kept in ``work/run.json`` with the
-    run's options. A ``--resume`` part must give the options of the part that started the run (all but
-    ``--max-minutes``): the checkpoints, the random stream and the card all follow them."""
+    """This run's parts so far, this one last: [{"argv": its command line, "minutes": how long it ran (None
+    for this one until ``part_ended``)}], kept in ``work/run.json`` with the run's options. A ``--resume``
+    part must give the options of the part that started the run (all but ``--max-minutes`` and the
+    spelling of ``OUT``): the checkpoints, the random stream and the card all follow them."""
     options = {k: (str(v.resolve()) if isinstance(v, Path) else v) for k, v in vars(args).items()
                if k not in PART_OPTIONS}
     record = work / "run.json"
@@ -464,12 +465,24 @@ def resumed_parts(parser: argparse.ArgumentParser, args: argparse.Namespace, wor
         if changed:
             parser.error("--resume carries on with the options of the run that wrote the checkpoints; changed: "
                          + ", ".join(changed))
-        parts = before["parts"] + [list(argv)]
+        parts = before["parts"] + [{"argv": list(argv), "minutes": None}]
     else:
-        parts = [list(argv)]
+        parts = [{"argv": list(argv), "minutes": None}]
     work.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"options": options, "parts": parts}, indent=1) + "\n")
     return parts
+
+
+def part_ended(work: Path, parts: list, started: float) -> None:
+    """Records in ``parts`` and ``work/run.json`` how long this part (the last) ran, from ``started``."""
+    parts[-1]["minutes"] = (time.time() - started) / 60
+    record = work / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "parts": parts}, indent=1) + "\n")
+
+
+def part_words(part: dict) -> str:
+    """One part for a card: its command, and how long it ran."""
+    return f"`python -m minibass.zoo.train {shlex.join(part['argv'])}` ({part['minutes']:.1f} min)"
 
 
 def main(argv=None):
@@ -557,6 +570,7 @@ def main(argv=None):
 
     if kept is None and not fit(target, args.target_steps, batches(train_stream, args.batch, args.seq_len, gen), gen, args.target_lr,
                lm_loss, "target", tmp / "target.pt", deadline, None if args.fast else watch):
+        part_ended(tmp, parts, started)
         return
 
     def kd_loss(x):
@@ -587,18 +601,21 @@ def main(argv=None):
         data = mixed_batches(train_stream, written["rows"], args.batch, args.seq_len, gen)
     if not fit(draft, args.draft_steps, data, gen, args.draft_lr,
                kd_loss, "draft", tmp / "draft.pt", deadline):
+        part_ended(tmp, parts, started)
         return
     draft_minutes = minutes_spent(tmp / "draft.pt")
     target_minutes = minutes_spent(tmp / "target.pt") if kept is None else kept.get("minutes", {}).get("target", 0.0)
 
+    part_ended(tmp, parts, started)  # (the evaluation below takes a minute or so more)
+    common_parts = [{"command": shlex.join(part["argv"]), "minutes": round(part["minutes"], 2)} for part in parts]
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
     # A kept target's learning rate is its own run's (its metrics.json), not this run's --target-lr.
     target_lr = args.target_lr if kept is None else kept.get("lr", {}).get("target")
     common = dict(python=sys.version.split()[0], n_train=len(train_files), n_held=len(held_files),
                   train_tokens=len(train_stream), held_tokens=len(held_stream), batch=args.batch,
                   seq_len=args.seq_len, lr={"target": target_lr, "draft": args.draft_lr}, seed=args.seed, vocab=vocab,
-                  device=f"CPU ({torch.get_num_threads()} threads)", argv=" ".join(map(shlex.quote, parts[-1])),
-                  parts=[" ".join(map(shlex.quote, part)) for part in parts], date=time.strftime("%Y-%m-%d"))
+                  device=f"CPU ({torch.get_num_threads()} threads)", argv=shlex.join(parts[-1]["argv"]),
+                  date=time.strftime("%Y-%m-%d"), parts=common_parts)
     if kept is not None:
         common["target_from"] = str(args.target_from)
     folders = {"target": out / "target", "draft": out / "draft"}
@@ -640,10 +657,10 @@ def main(argv=None):
         if name == "draft" and args.draft_from is not None:
             before_file = args.draft_from.parent / "metrics.json"
             before = json.loads(before_file.read_text()) if before_file.exists() else {}
-            made = before.get("parts") or ([before["argv"]] if "argv" in before else [])
+            made = before.get("parts") or ([{"command": before["argv"]}] if "argv" in before else [])
             history += (f"; started from the draft in `{args.draft_from}`" +
-                        (", made by " + " then ".join(f"`python -m minibass.zoo.train {part}`" for part in made) +
-                         f" in {before['minutes']['draft']:.1f} min" if made else ""))
+                        (", made by " + " then ".join(f"`python -m minibass.zoo.train {part['command']}`" for part in made)
+                         + f" in {before['minutes']['draft']:.1f} min" if made else ""))
         card = MODEL_CARD.format(role=name, summary=summary[name], hidden=hidden, heads=heads,
                                  layers="1 layer" if layers == 1 else f"{layers} layers",
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
@@ -654,8 +671,7 @@ def main(argv=None):
                                  acceptance=rates_text, history=history,
                                  held_files=plural(len(held_files), "held-out file"),
                                  loss_tokens=min(64, (len(held_stream) - 1) // args.seq_len) * args.seq_len,
-                                 made_by=" then ".join(f"`python -m minibass.zoo.train {part}`"
-                                                       for part in common["parts"]),
+                                 made_by=" then ".join(map(part_words, parts)),
                                  **{**common, "lr": common["lr"][name]})
         (folders[name] / "README.md").write_text(card)
     minutes = {"target": target_minutes, "draft": draft_minutes}

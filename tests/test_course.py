@@ -14,6 +14,7 @@ import torch
 
 from minibass.course import build as course_build
 from minibass.course import checks
+from minibass.draft_length import expected_tokens
 
 CHAPTERS = course_build.chapters()
 ENV = {**os.environ, "MINIBASS_COURSE_FAST": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
@@ -250,10 +251,12 @@ def _planted_online():
     return dict(step_fn=no_rescale)
 
 
-def _planted_step():
+def _assembled_step(rollback_first: bool = False, returns: str = "n"):
+    """minibass's step assembled from its phases, with a learner's slip: the roll-back before the history grew,
+    or the next tokens y returned where the loop wants n."""
     from minibass.speculative import emit
 
-    def rollback_before_emit(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
+    def step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
         with timer("draft"):
             drafts, q = phases.draft(draft, s.draft_cache, s.history, s.seq_lens, draft_lens, sampling, streams,
                                      attention)
@@ -263,10 +266,17 @@ def _planted_step():
         with timer("accept"):
             n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)
         with timer("rollback"):
-            phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)  # before the history grew
+            if rollback_first:
+                phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)  # before the history grew
             emit(s, drafts, n, y, eos_token_id)
-        return n
-    return dict(step_fn=rollback_before_emit)
+            if not rollback_first:
+                phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)
+        return n if returns == "n" else y
+    return step
+
+
+def _planted_step():
+    return dict(step_fn=_assembled_step(rollback_first=True))
 
 
 def _planted_policy():
@@ -349,13 +359,19 @@ def test_chapter_06_check_fails_a_softmax_without_its_maximum_and_says_so():
 
     report = checks.check_padded_attention(softmax_without_max, cases=21, quiet=True)
     assert not report.passed and "exp overflowed? Subtract each row's maximum" in str(report), str(report)
-    assert [r["check"] for r in report.rows] == ["float32 finite on large scores"]  # right on the small scores
+    assert [r["check"] for r in report.rows] == ["float32 on large scores"]  # right on the small scores
 
     def without_scale(q, k_cache, v_cache, q_lens, kv_lens):  # fails both rows by raising: no overflow hint
         return softmax_without_max(q, k_cache, v_cache, q_lens, kv_lens)
 
     report = checks.check_padded_attention(without_scale, cases=21, quiet=True)
     assert not report.passed and "exp overflowed" not in str(report), str(report)
+
+    def hidden(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):  # the overflow's NaN made 0: finite, wrong
+        return softmax_without_max(q, k_cache, v_cache, q_lens, kv_lens, scale=scale).nan_to_num(0.0)
+
+    report = checks.check_padded_attention(hidden, cases=21, quiet=True)
+    assert not report.passed and "exp overflowed? Subtract each row's maximum" in str(report), str(report)
 
 
 def test_chapter_08_check_wants_every_phase_timed():
@@ -397,6 +413,47 @@ def test_check_fails_on_a_planted_wrong_answer(prefix):
     assert str(report).startswith("Failed:")
     if prefix == "11":  # the right sampler failed: the hint says how to see the whole verdict
         assert "print(oracle.check_sampler(wrap(foreign_sampler)))" in str(report)
+
+
+def _running_max_ignored(m_i, l_i, acc, scores, v):
+    m_new = scores.max(1).values  # the block's maximum, not the running one
+    alpha = torch.exp(m_i - m_new)
+    p = torch.exp(scores - m_new[:, None])
+    return m_new, alpha * l_i + p.sum(1), alpha[:, None] * acc + p @ v
+
+
+def _seeded_by_initial_seed(foreign):
+    """An adapter that seeds numpy with the generator's initial seed: every call draws the same numbers."""
+    import numpy as np
+
+    def sampler(draft_tokens, draft_probs, target_probs, *, generator=None):
+        rng = np.random.default_rng(generator.initial_seed())
+        outs = [foreign(draft_tokens[b].tolist(), draft_probs[b].numpy(), target_probs[b].numpy(), rng)
+                for b in range(len(draft_tokens))]
+        return torch.tensor([len(o) - 1 for o in outs]), torch.tensor([o[-1] for o in outs])
+    return sampler
+
+
+def _no_clamp_residual(p, q):
+    return (p - q) / (p - q).sum()  # negative entries: not a distribution
+
+
+@pytest.mark.parametrize("check, args, kwargs, says", [
+    (checks.check_prediction, (lambda regular, verify, draft, k, alpha, batch:
+                               batch * expected_tokens(alpha, k - 1) / (verify + k * draft),),
+     {"run": RECORDED_RUN}, "cost model"),
+    (checks.check_prediction, (lambda regular, verify, draft, k, alpha, batch:
+                               batch * expected_tokens(alpha, k) / (verify + (k + 1) * draft),),
+     {"run": RECORDED_RUN}, "cost model"),
+    (checks.check_step, (_assembled_step(returns="y"),), {}, "what your step returns"),
+    (checks.check_online_softmax, (_running_max_ignored,), {}, "nan"),
+    (checks.check_adapter, (_seeded_by_initial_seed,), {"rows": 2_000}, "two calls with one generator"),
+    (checks.check_accept_resample, (lambda p, q, x: min(1.0, float(p[x] / q[x])), _no_clamp_residual), {}, "enumeration"),
+], ids=["ch10 one accepted token short", "ch10 one draft call too many", "ch08 returns y", "ch07 block maximum only",
+        "ch11 the same numbers every call", "ch03 residual without max(0, .)"])
+def test_checks_fail_the_wrong_answers_learners_write_and_say_where(check, args, kwargs, says):
+    report = check(*args, quiet=True, **kwargs)
+    assert not report.passed and report.error is None and says in str(report), str(report)
 
 
 def test_chapter_10_reference_passes_on_the_recorded_run():

@@ -120,7 +120,9 @@ plt.show()
 # Write a draft-length policy: a class with `lengths(active) -> list[int]` (one length ≥ 1 per
 # active sequence index) and `update(active, proposed, accepted)` (what each active sequence
 # proposed and accepted in the step just done). Step costs, in regular-step units, are given:
-# one verify of `k + 1` tokens costs `1.0 + 0.05 (k + 1)`, one draft call `0.08`. The check
+# one verify of `k + 1` tokens costs `1.0 + 0.05 (k + 1)`, one draft call `0.08`; a step is priced by
+# its longest draft (the batch makes that many draft calls, as the loop does), so lengths that differ
+# from sequence to sequence pay for the longest. The check
 # proves the output exact (a G-test on a lookup-table pair) and requires the cost per token of
 # your policy within 10 % of the best fixed `k` (costs counted from the runs, not timed; the mean of
 # three seeds) with two drafts of the same target: a close one, whose best fixed `k` is 6, and a far

@@ -161,8 +161,10 @@ print(f"with a 160M-shape draft and k = 4, the model reaches the paper's 2.15x a
 # regular step, the seconds per speculative step spent outside the draft phase (the verify call of
 # `k + 1` tokens, the rejection step and the roll-back), the seconds per draft call, the draft
 # length, the acceptance and the batch size. The check first tries your function on made-up inputs
-# at batch 1, 4 and 16 against the cost model, then compares it with live runs at batch 1 (the
-# medians of three rounds, calibration and live runs taking turns); within 25 % passes.
+# at batch 1, 4 and 16 against the cost model (each step: one verify and `k` draft calls, and each
+# sequence emits E[tokens | alpha, k]), where it must come within 5 %, then compares it with live runs
+# at batch 1 (the medians of three rounds, calibration and live runs taking turns), where within
+# 25 % passes.
 
 # %%
 from minibass.draft_length import expected_tokens

@@ -33,6 +33,7 @@ class Report:
     cases: int = 0
     limit: int = 6
     hint: str | None = None  # printed under the table of a failed check
+    unit: str = "cases"  # what ``cases`` counts
 
     @property
     def passed(self) -> bool:
@@ -40,18 +41,19 @@ class Report:
 
     def __str__(self) -> str:
         if self.passed:
-            return f"Passed: {self.name} ({self.cases} cases)"
+            return f"Passed: {self.name} ({self.cases} {self.unit})"
         if self.error is not None:
             return f"Failed: {self.name}\n  {self.error}"
         if not self.cases:
             return f"Failed: {self.name}\n  no case was checked"
         keys = list(dict.fromkeys(k for r in self.rows[:self.limit] for k in r))  # rows may differ in columns
-        shown = [[_fmt(r.get(k, "")) for k in keys] for r in self.rows[:self.limit]]
+        # Cells are cut at 60 characters, but for the last column: it says what went wrong, whole.
+        shown = [[_fmt(r.get(k, ""), whole=i == len(keys) - 1) for i, k in enumerate(keys)] for r in self.rows[:self.limit]]
         widths = [max(len(k), *(len(row[i]) for row in shown)) for i, k in enumerate(keys)]
-        lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} cases differ)",
+        lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} {self.unit} differ)",
                  "  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths)),
                  "  " + "  ".join("-" * w for w in widths)]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in shown]
+        lines += [("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip() for row in shown]
         if len(self.rows) > self.limit:
             lines.append(f"  ... and {len(self.rows) - self.limit} more")
         if self.hint:
@@ -62,11 +64,11 @@ class Report:
         printer.text(str(self))
 
 
-def _fmt(x) -> str:
+def _fmt(x, whole: bool = False) -> str:
     if isinstance(x, float):
         return f"{x:.6g}"
     text = str(x)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if whole or len(text) <= 60 else text[:57] + "..."
 
 
 def gpu_results(folder: Path | None = None) -> dict:

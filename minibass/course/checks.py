@@ -150,11 +150,11 @@ def emitted_distribution(accept_probability, residual, p, q):
     rejected = 0.0
     for x in range(len(q)):
         if q[x] > 0:
-            a = float(accept_probability(p, q, x))
+            a = float(accept_probability(p.clone(), q.clone(), x))  # copies: the learner's code may write into them
             out[x] += q[x] * a
             rejected += float(q[x]) * (1 - a)
     if rejected > 1e-15:
-        out += rejected * torch.as_tensor(residual(p, q), dtype=torch.float64)
+        out += rejected * torch.as_tensor(residual(p.clone(), q.clone()), dtype=torch.float64)
     return out
 
 
@@ -188,11 +188,13 @@ def check_accept_resample(report: Report, accept_probability, residual, rows: in
         if not tv <= 1e-12:
             report.rows.append({"case": i, "check": "enumeration", "p": _r(p), "q": _r(q), "emitted": _r(out),
                                 "TV": tv})
+    if report.rows:  # enumeration already shows what is wrong: no sampled test on top of it
+        return
     p, q = cases[0]  # sampled, as a program would run it
     xs = g.choice(4, size=rows, p=q.numpy() / q.numpy().sum())
-    accept = np.array([float(accept_probability(p, q, x)) for x in range(4)])[xs]
+    accept = np.array([float(accept_probability(p.clone(), q.clone(), x)) for x in range(4)])[xs]
     kept = g.random(rows) < accept
-    r = torch.as_tensor(residual(p, q), dtype=torch.float64).clamp(min=0).numpy()
+    r = torch.as_tensor(residual(p.clone(), q.clone()), dtype=torch.float64).clamp(min=0).numpy()
     ys = g.choice(4, size=rows, p=r / r.sum())
     counts = Counter(np.where(kept, xs, ys).tolist())
     test = g_test(counts, {x: float(p[x]) for x in range(4)})
@@ -265,7 +267,6 @@ def check_padded_attention(report: Report, attention_fn, cases: int | None = Non
     with idle sequences, GQA, odd head dims and NaN / inf in every stale cache slot."""
     from ..attention import BACKENDS
     from ..oracle import check_attention
-    from ..oracle.attention import attention_cases, large_score_cases
 
     if _given_back(report, attention_fn, {f"minibass.attention.BACKENDS[{n!r}]": b for n, b in BACKENDS.items()}):
         return
@@ -273,13 +274,14 @@ def check_padded_attention(report: Report, attention_fn, cases: int | None = Non
     attention_fn(*one, torch.tensor([1]), torch.tensor([3]))  # a stub raises here, before the oracle's cases
     cases = cases or (30 if FAST else 100)
     verdict = check_attention(attention_fn, cases=cases)
-    report.cases += len(attention_cases(cases)) + len(large_score_cases())  # the grid always runs whole
+    report.cases, report.unit = len(verdict.checks), "checks"  # each row names its cases and how many failed
     for c in verdict.failures():
-        if c.name.endswith("finite on large scores"):  # a count of non-finite outputs, not an error
-            report.rows.append({"check": c.name, "max error": "inf or NaN", "tolerance": "finite", "case": c.detail})
-            if "non-finite output" in c.detail:  # (not where it raised: the other row says why)
-                report.hint = ("on scores up to about 160 the output was not finite: exp overflowed? Subtract each "
-                               "row's maximum score before exp (the softmax is the same)")
+        if c.name.endswith("on large scores"):  # a count of cases, not an error
+            report.rows.append({"check": c.name, "max error": "inf, NaN or > 1", "tolerance": "finite, within 1",
+                                "case": c.detail})
+            if "non-finite output" in c.detail or "finite, but off by" in c.detail:  # (not where it raised)
+                report.hint = ("on scores up to about 160 the output was not finite or far off: exp overflowed? "
+                               "Subtract each row's maximum score before exp (the softmax is the same)")
         else:
             report.rows.append({"check": c.name, "max error": c.statistic, "tolerance": c.threshold, "case": c.detail})
 
@@ -302,12 +304,18 @@ def check_online_softmax(report: Report, step_fn):
     if _given_back(report, step_fn, {"online_softmax_reference (the chapter's import)": online_softmax_reference}):
         return
     g = torch.Generator().manual_seed(7)
-    for case in range(12):
+    for case in range(14):
         m_rows, d, blocks, n = 1 + case % 5, 3 + case % 4, 1 + case % 4, 16
+        if case >= 12:
+            blocks = 3
         scores = torch.randn(m_rows, blocks * n, generator=g, dtype=torch.float64) * (1 + 10 * (case % 3))
         scores += 1000.0 * (case % 4 == 3)  # large scores: exp overflows unless the maximum is subtracted
         scores[torch.rand(scores.shape, generator=g) < 0.3] = float("-inf")  # masked keys
         scores[:, ::n] = torch.randn(m_rows, blocks, generator=g, dtype=torch.float64)  # >= 1 visible per block
+        if case == 12:  # the first block's scores far above the later ones': the running maximum must be kept
+            scores[:, :n] += 1000.0
+        if case == 13:  # a block whose every key is masked, after the first: it must change nothing
+            scores[:, n:2 * n] = float("-inf")
         v = torch.randn(blocks * n, d, generator=g, dtype=torch.float64)
         want = torch.softmax(scores, 1) @ v
         m_i = torch.full((m_rows,), float("-inf"), dtype=torch.float64)
@@ -389,6 +397,7 @@ def check_step(report: Report, step_fn):
                                 "got": f"no timer({e}) block: wrap each phase in `with timer(name):`"})
             return
         got = result.tokens
+        accepted = speculative_generate(target, draft, prompts, 12, sampling=greedy, draft_length=k).stats.accepted
         missing = [name for name in phases if name not in result.stats.time_split]
         report.cases += 1
         if missing:
@@ -397,6 +406,13 @@ def check_step(report: Report, step_fn):
         if got != want:
             bad = next(b for b in range(len(prompts)) if got[b] != want[b])
             report.rows.append({"check": f"greedy, k={k}, sequence {bad}", "expected": want[bad], "got": got[bad]})
+        elif result.stats.accepted != accepted:  # right tokens, but the step returned something else than n
+            step_no = next(i for i, (a, b) in enumerate(zip(result.stats.accepted, accepted)) if a != b) \
+                if len(result.stats.accepted) == len(accepted) else 0
+            report.rows.append({"check": f"greedy, k={k}, what your step returns (stats.accepted, step {step_no})",
+                                "expected": accepted[step_no] if step_no < len(accepted) else "-",
+                                "got": result.stats.accepted[step_no] if step_no < len(result.stats.accepted) else "-"})
+            report.hint = "return n, long [B]: how many drafts each sequence accepted (the loop's stats and policies read it)"
     _fit(report, "sampled, k=3", lambda p, n, seed: speculative_generate(
         target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens, target, n_tokens=3)
 
@@ -448,18 +464,20 @@ def check_policy(report: Report, make_policy, margin: float = 0.10):
         report.cases += 1
         if got > best[0] * (1 + margin):
             report.rows.append({"check": f"cost per token (regular steps), {label}",
-                                "best fixed k": f"{best[0]:.3f} (k={best[1]})", "yours": f"{got:.3f}",
-                                "allowed": f"{best[0] * (1 + margin):.3f}"})
+                                "best fixed k": f"{best[0]:.4g} (k={best[1]})", "yours": f"{got:.4g}",
+                                "allowed": f"{best[0] * (1 + margin):.4g}"})
 
 
 # ---- chapter 10: predicting tokens per second --------------------------------------------------------------
 
 @_check("predicted tokens/s within 25% of a live run")
-def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25):
+def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25, model_tolerance: float = 0.05):
     """predict(regular, verify, draft, k, alpha, batch) -> tokens/s; ``run`` holds those inputs (seconds per
     regular step, per speculative step outside the draft phase, per draft call; acceptance alpha) and the
     measured tokens/s. First, on made-up inputs with very different k and alpha, the prediction must stay
-    within the tolerance of the cost model (so an answer that ignores speculation cannot pass by luck)."""
+    within ``model_tolerance`` (5 %) of the cost model: exact inputs, so no timing noise to allow for, and
+    an answer one draft call or one accepted token off is 7 to 17 % away; then within ``tolerance`` (25 %)
+    of the live run, whose timings move."""
     from ..draft_length import expected_tokens
 
     keys = ("regular", "verify", "draft", "k", "alpha", "batch")
@@ -469,9 +487,10 @@ def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25
         want = case["batch"] * expected_tokens(case["alpha"], case["k"]) / (case["verify"] + case["k"] * case["draft"])
         got = float(predict(*(case[k] for k in keys)))
         report.cases += 1
-        if not abs(got / want - 1) <= tolerance:
+        if not abs(got / want - 1) <= model_tolerance:
             report.rows.append({"inputs": ", ".join(f"{k}={case[k]}" for k in keys[::-1]), "predicted tokens/s": got,
-                                "cost model": want, "off by": f"{got / want - 1:+.0%}", "allowed": f"±{tolerance:.0%}"})
+                                "cost model": want, "off by": f"{got / want - 1:+.1%}",
+                                "allowed": f"±{model_tolerance:.0%}"})
     got = float(predict(*(run[k] for k in keys)))
     report.cases += 1
     if not abs(got / run["tokens_per_second"] - 1) <= tolerance:
@@ -525,14 +544,21 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
     p, q = setups()["temperature"]
     inputs = draft_rows(p, q, 200, torch.Generator().manual_seed(0))
     outs = [sampler(*inputs, generator=torch.Generator().manual_seed(seed)) for seed in (1, 1, 2)]
-    same = all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(outs[0], outs[1]))
-    differ = not all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(outs[0], outs[2]))
+    one = torch.Generator().manual_seed(3)  # one generator, two calls: the second must draw other numbers
+    outs += [sampler(*inputs, generator=one), sampler(*inputs, generator=one)]
+
+    def equal(a, b):
+        return all(torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(a, b))
+
+    problem = ("equal seeds gave different tokens" if not equal(outs[0], outs[1]) else
+               "the torch generator is ignored" if equal(outs[0], outs[2]) else
+               "two calls with one generator gave the same tokens: draw from it (torch.randint(..., generator="
+               "generator)), which moves it on, rather than reading its seed" if equal(outs[3], outs[4]) else "")
     report.cases += 1
-    if not (same and differ):
+    if problem:
         report.rows.append({"sampler": "foreign_sampler", "oracle verdict": "-",
-                            "expected": "same tokens for equal torch seeds, others for another seed",
-                            "first failed check": "equal seeds gave different tokens" if not same
-                            else "the torch generator is ignored"})
+                            "expected": "same tokens for equal torch seeds, others for another seed or a later call",
+                            "first failed check": problem})
     for name, foreign, want in (("foreign_sampler", foreign_sampler, True),
                                 ("foreign_sampler_buggy", foreign_sampler_buggy, False)):
         verdict = check_sampler(wrap(foreign), rows=rows)
@@ -541,7 +567,7 @@ def check_adapter(report: Report, wrap, rows: int | None = None):
             failed = verdict.failures()
             report.rows.append({"sampler": name, "oracle verdict": "PASS" if verdict.ok else "FAIL",
                                 "expected": "PASS" if want else "FAIL",
-                                "first failed check": failed[0].name if failed else "-"})
+                                "first failed check": f"{failed[0].name}: {failed[0].detail}" if failed else "-"})
             if want:
                 report.hint = (f"print(oracle.check_sampler(wrap({name}))) shows the whole verdict: what your adapter "
                                "returned, and for each failed check the events furthest off")

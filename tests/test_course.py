@@ -456,6 +456,23 @@ def test_checks_fail_the_wrong_answers_learners_write_and_say_where(check, args,
     assert not report.passed and report.error is None and says in str(report), str(report)
 
 
+def test_a_return_value_the_check_cannot_read_is_named_with_what_was_expected():
+    """Not a TypeError from inside the check's own code: the call, what it returned, what the exercise asks for."""
+    from minibass import costmodel
+
+    for report, says in [
+        (checks.check_roofline(lambda f, b, p, w: (f / p, b / w), costmodel.critical_batch, quiet=True),
+         "roofline_time(flops, bytes, peak, bandwidth) returned (0."),
+        (checks.check_roofline(lambda f, b, p, w: max(f / p, b / w),
+                               lambda shape, hw: costmodel.critical_batch(shape, hw) + 0.9, quiet=True),
+         "is not a whole number"),
+        (checks.check_kept_lengths(lambda target_len, k, n: None, quiet=True), "kept_lengths(0, 1, 0) returned None"),
+        (checks.check_accept_resample(lambda p, q, x: (p / q).clamp(max=1), lambda p, q: p, quiet=True),
+         "accept_probability(p, q, 0) returned tensor(["),
+        (checks.check_prediction(lambda *args: None, RECORDED_RUN, quiet=True), "predict(...) returned None")]:
+        assert not report.passed and says in report.error and "checks.py" not in report.error, report.error
+
+
 def test_chapter_10_reference_passes_on_the_recorded_run():
     """The chapter runs its check against a live run; here the same check on a recorded one, deterministically."""
     ns = _namespace("10", stubbed=False)

@@ -81,7 +81,8 @@ print("emitted frequencies", freq.numpy().round(4), " p", p.numpy())
 #
 # ## Exercise
 #
-# Write the single-position rule as two functions over float64 tensors `[V]`:
+# Write the single-position rule as two functions over float64 tensors `[V]` (compute in float64
+# too: the bound below is 1e-12):
 # `accept_probability(p, q, x)` (the probability of keeping draft token `x`) and
 # `residual(p, q)` (the distribution to resample from after a rejection). The check enumerates the
 # output distribution for many `(p, q)` (zeros included, and `p == q`) and requires its **total

@@ -124,9 +124,9 @@ plt.show()
 # zero-padded `[B, Tq, H, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask
 # padding and future keys to `−inf` **before** the softmax, and gather the valid rows back into
 # `[N, H, D]`. Careful: stale cache slots hold NaN, and `0 · NaN = NaN`. Scale the scores by the
-# keyword `scale`, or by `D ** -0.5` when it is None (the check also passes an explicit one). The
-# check compares with the specification, so write the padding yourself rather than calling
-# `BACKENDS["padded"]`.
+# keyword `scale`, or by `D ** -0.5` when it is None (the check also passes an explicit one), and
+# return the output in `q`'s dtype. The check compares with the specification, so write the padding
+# yourself rather than calling `BACKENDS["padded"]`.
 
 # %%
 import torch

@@ -109,8 +109,9 @@ else:
 #
 # Write the rescaling step: `online_softmax_step(m_i, l_i, acc, scores, v)` takes the state
 # (`m_i [M]`, `l_i [M]`, `acc [M, D]`) and one block (`scores [M, N]`, masked keys at `−inf`;
-# `v [N, D]`) and returns the new `(m_i, l_i, acc)`. The check folds your step over random blocks
-# and compares `acc / l` with the whole softmax.
+# `v [N, D]`) and returns the new `(m_i, l_i, acc)`. The check folds your step over random blocks,
+# all float64 (keep them so: it allows an error of 1e-10), and compares `acc / l` with the whole
+# softmax.
 
 # %%
 import torch

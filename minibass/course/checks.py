@@ -33,6 +33,8 @@ def _check(name: str):
                 body(report, *args, **kwargs)
             except NotImplementedError as e:
                 report.error = f"not written yet ({e or 'NotImplementedError'})"
+            except Unreadable as e:  # the learner's function returned something the check cannot read
+                report.error = str(e)
             except Exception as e:  # the learner's code raised: show where
                 report.error = _raised(e)
             if quiet:
@@ -49,6 +51,18 @@ def _learners(filename: str) -> bool:
     from ..oracle.verdict import is_library  # here, not at the top: the oracle imports SciPy, a chapter may not need it
 
     return not is_library(filename)
+
+class Unreadable(Exception):
+    """What a learner's function returned is not what its exercise asks for (``_read``)."""
+
+
+def _read(convert, value, call: str, expected: str):
+    """``convert(value)``, or an ``Unreadable`` naming the call, what it returned and what was expected."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise Unreadable(f"{call} returned {value!r:.100}; expected {expected} ({type(e).__name__}: {e})") from None
+
 
 # Mistakes whose exception says what broke but not what to change: (the exception's type and a piece of
 # its message, the function that raised, or None for any), and what to tell the learner.
@@ -86,7 +100,9 @@ def check_roofline(report: Report, roofline_time, critical_batch):
     for _ in range(20):
         flops, nbytes = 10 ** g.uniform(6, 14), 10 ** g.uniform(6, 11)
         peak, bw = 10 ** g.uniform(10, 15), 10 ** g.uniform(9, 13)
-        want, got = max(flops / peak, nbytes / bw), float(roofline_time(flops, nbytes, peak, bw))
+        want = max(flops / peak, nbytes / bw)
+        got = _read(float, roofline_time(flops, nbytes, peak, bw), "roofline_time(flops, bytes, peak, bandwidth)",
+                    "a number of seconds")
         report.cases += 1
         if not math.isclose(got, want, rel_tol=1e-9):
             report.rows.append({"case": f"flops {flops:.3g}, bytes {nbytes:.3g}, peak {peak:.3g}, bw {bw:.3g}",
@@ -95,7 +111,8 @@ def check_roofline(report: Report, roofline_time, critical_batch):
               "7B-like 32x4096": cm.ModelShape(32, 4096, 32, 32, 11008, 32000, tied=False)}
     for name, shape in shapes.items():
         for hw in cm.GPUS:
-            want, got = cm.critical_batch(shape, hw), int(critical_batch(shape, hw))
+            want = cm.critical_batch(shape, hw)
+            got = _read(_whole, critical_batch(shape, hw), f"critical_batch(shape, {hw.name})", "an int (a batch size)")
             report.cases += 1
             if got != want:
                 report.rows.append({"case": f"{name} on {hw.name}", "expected": want, "got": got})
@@ -150,11 +167,13 @@ def emitted_distribution(accept_probability, residual, p, q):
     rejected = 0.0
     for x in range(len(q)):
         if q[x] > 0:
-            a = float(accept_probability(p.clone(), q.clone(), x))  # copies: the learner's code may write into them
+            a = _read(float, accept_probability(p.clone(), q.clone(), x), f"accept_probability(p, q, {x})",
+                      "one number, the chance of keeping token x")  # copies: the learner's code may write into them
             out[x] += q[x] * a
             rejected += float(q[x]) * (1 - a)
     if rejected > 1e-15:
-        out += rejected * torch.as_tensor(residual(p.clone(), q.clone()), dtype=torch.float64)
+        out += rejected * _read(lambda r: torch.as_tensor(r, dtype=torch.float64).reshape(len(p)),
+                                residual(p.clone(), q.clone()), "residual(p, q)", f"a distribution of {len(p)} numbers")
     return out
 
 
@@ -171,7 +190,8 @@ def check_accept_resample(report: Report, accept_probability, residual, rows: in
         # "rejected" mass cancels), but a program cannot keep a token with probability 4.
         outside = None
         for x in range(len(q)):
-            a = float(accept_probability(p, q, x)) if q[x] > 0 else 0.0
+            a = _read(float, accept_probability(p.clone(), q.clone(), x), f"accept_probability(p, q, {x})",
+                      "one number, the chance of keeping token x") if q[x] > 0 else 0.0
             if not -1e-12 <= a <= 1 + 1e-12:
                 outside = x, a
                 break
@@ -203,6 +223,13 @@ def check_accept_resample(report: Report, accept_probability, residual, rows: in
         report.rows.append({"case": 0, "check": f"G-test, {rows} rows", "p": _r(p), "q": _r(q),
                             "emitted": _r(torch.tensor([counts[x] / rows for x in range(4)])),
                             "TV": f"G = {test.statistic:.1f} > {critical_value(test.dof, alpha):.1f}"})
+
+
+def _whole(x) -> int:
+    """An int, or a number equal to one (3.0); 3.9 is an error, not 3."""
+    if isinstance(x, bool) or float(x) != int(float(x)):
+        raise ValueError(f"{x!r} is not a whole number")
+    return int(float(x))
 
 
 def _r(t) -> str:
@@ -243,7 +270,8 @@ def check_kept_lengths(report: Report, kept_lengths):
         for k in range(1, 7):
             for n in range(k + 1):
                 want = kept_lengths_reference(target_len, k, n)
-                got = tuple(int(x) for x in kept_lengths(target_len, k, n))
+                got = _read(lambda t: tuple(_whole(x) for x in t), kept_lengths(target_len, k, n),
+                            f"kept_lengths({target_len}, {k}, {n})", "(target cache length, draft cache length)")
                 report.cases += 1
                 if got != want:
                     report.rows.append({"target_len": target_len, "k": k, "n": n, "expected": want, "got": got})
@@ -485,13 +513,13 @@ def check_prediction(report: Report, predict, run: dict, tolerance: float = 0.25
                  dict(regular=0.01, verify=0.015, draft=0.002, k=6, alpha=0.9, batch=4),
                  dict(regular=0.02, verify=0.030, draft=0.001, k=3, alpha=0.6, batch=16)]:
         want = case["batch"] * expected_tokens(case["alpha"], case["k"]) / (case["verify"] + case["k"] * case["draft"])
-        got = float(predict(*(case[k] for k in keys)))
+        got = _read(float, predict(*(case[k] for k in keys)), "predict(...)", "a number of tokens per second")
         report.cases += 1
         if not abs(got / want - 1) <= model_tolerance:
             report.rows.append({"inputs": ", ".join(f"{k}={case[k]}" for k in keys[::-1]), "predicted tokens/s": got,
                                 "cost model": want, "off by": f"{got / want - 1:+.1%}",
                                 "allowed": f"±{model_tolerance:.0%}"})
-    got = float(predict(*(run[k] for k in keys)))
+    got = _read(float, predict(*(run[k] for k in keys)), "predict(...)", "a number of tokens per second")
     report.cases += 1
     if not abs(got / run["tokens_per_second"] - 1) <= tolerance:
         report.rows.append({"inputs": "the live run", "predicted tokens/s": got,

@@ -51,7 +51,7 @@ class Report:
         shown = [[_fmt(r.get(k, ""), whole=i == len(keys) - 1) for i, k in enumerate(keys)] for r in self.rows[:self.limit]]
         widths = [max(len(k), *(len(row[i]) for row in shown)) for i, k in enumerate(keys)]
         lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} {self.unit} differ)",
-                 "  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths)),
+                 ("  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths))).rstrip(),
                  "  " + "  ".join("-" * w for w in widths)]
         lines += [("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip() for row in shown]
         if len(self.rows) > self.limit:

@@ -138,6 +138,8 @@ def check_positions(report: Report, positions_fn):
         if not torch.is_tensor(answer) or answer.dtype != torch.long:
             report.rows.append({"q_lens": q_lens, "lengths": lengths, "expected": "a long tensor",
                                 "got": str(answer.dtype) if torch.is_tensor(answer) else type(answer).__name__})
+            if torch.is_tensor(answer) and answer.is_floating_point() and not answer.numel():
+                report.hint = "torch.tensor([]) is float32: build the result with dtype=torch.long"
             continue
         got = answer.flatten()
         if got.shape != want.shape or not torch.equal(got, want):

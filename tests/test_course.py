@@ -373,6 +373,11 @@ def test_chapter_06_check_fails_a_softmax_without_its_maximum_and_says_so():
     report = checks.check_padded_attention(hidden, cases=21, quiet=True)
     assert not report.passed and "exp overflowed? Subtract each row's maximum" in str(report), str(report)
 
+    from minibass.oracle.known_bugs import causal_off_by_one  # wrong on every score: no overflow hint
+
+    report = checks.check_padded_attention(causal_off_by_one, cases=21, quiet=True)
+    assert not report.passed and "exp overflowed" not in str(report) and "small scores too" in str(report), str(report)
+
 
 def test_chapter_08_check_wants_every_phase_timed():
     from minibass.speculative import step

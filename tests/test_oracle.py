@@ -846,9 +846,11 @@ def test_an_overflow_hidden_by_nan_to_num_fails_on_large_scores_and_rounding_doe
     for dtype in ("float32", "bfloat16"):
         assert rows[f"{dtype} vs float64 spec"].passed
         row = rows[f"{dtype} on large scores"]
-        assert not row.passed and "finite, but off by" in row.detail and "nan_to_num" not in row.detail
+        assert not row.passed and "finite, but off by" in row.detail and "running maximum" in row.detail
     eager = oracle.check_attention(_eager, cases=1, dtypes=(torch.float16, torch.bfloat16))
     assert eager.ok, str(eager)
+    # The worst seed of 0-299 for eager bfloat16 at head dim 256: off by 1.11 on large scores, inside the tolerance.
+    assert oracle.check_attention(_eager, cases=1, dtypes=torch.bfloat16, head_dims=256, seed=156).ok
 
 
 def test_an_error_inside_an_adapter_names_the_adapters_line(monkeypatch):

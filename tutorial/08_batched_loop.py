@@ -94,7 +94,8 @@ print(f"acceptance rate {run.stats.acceptance_rate:.2f}, mean accepted per step 
 # both calls, in `"rollback"`): the four times add up in `stats.time_split`, and the loop hands the
 # draft phase's time to the draft-length policy (the cost-aware one prices a draft call with it).
 # The check runs the real loop with your step: greedy equality with `generate`, all four phases
-# timed, and a G-test of sampled outputs against the exact distribution. (It refuses
+# timed, the `n` your step returns against minibass's own step's (`stats.accepted`), and a G-test
+# of sampled outputs against the exact distribution. (It refuses
 # `minibass.speculative.step` itself: assemble your own.)
 
 # %%

@@ -114,9 +114,12 @@ print(verdict)
 # then one more). Write `wrap(foreign)`, returning a function with `rejection_sample`'s signature
 # (`draft_tokens [B, k]`, `draft_probs [B, k, V]`, `target_probs [B, k+1, V]`, keyword `generator`)
 # that calls `foreign` row by row and returns `num_accepted [B]` and `next_tokens [B]`. Seed the
-# numpy generator from the torch `generator`, so that the oracle's seed makes the run reproducible.
-# The check runs the oracle on your adapter around `foreign_sampler` (must pass) and around its
-# planted twin `foreign_sampler_buggy` (must fail).
+# numpy generator with a number drawn from the torch `generator` (`torch.randint(..., generator=generator)`),
+# so that the oracle's seed makes the run reproducible and each call moves the generator on: a loop
+# calls the sampler every step, and must not get the same random numbers twice. The check wants the
+# same tokens from equal seeds, other tokens from another seed and from a second call with one
+# generator; then it runs the oracle on your adapter around `foreign_sampler` (must pass) and around
+# its planted twin `foreign_sampler_buggy` (must fail).
 
 # %%
 import numpy as np

@@ -131,6 +131,7 @@ def test_training_resumes_exactly_where_it_stopped(tmp_path):
                      + re.escape(str(tmp_path / "parts")) + r" --fast --resume` \(\d+\.\d min\)", card), card
     parts = json.loads((tmp_path / "parts" / "metrics.json").read_text())["parts"]
     assert [p["command"].split()[-1] for p in parts] == ["0", "--resume"] and all(p["minutes"] >= 0 for p in parts)
+    assert "(killed: time not recorded)" in train.part_words({"argv": ["--out", "x"], "minutes": None})
 
 
 def test_training_resumes_exactly_when_stopped_while_distilling_on_the_targets_text(tmp_path, monkeypatch):

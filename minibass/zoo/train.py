@@ -481,8 +481,9 @@ def part_ended(work: Path, parts: list, started: float) -> None:
 
 
 def part_words(part: dict) -> str:
-    """One part for a card: its command, and how long it ran."""
-    return f"`python -m minibass.zoo.train {shlex.join(part['argv'])}` ({part['minutes']:.1f} min)"
+    """One part for a card: its command, and how long it ran (unknown for a part killed before it ended)."""
+    took = "killed: time not recorded" if part["minutes"] is None else f"{part['minutes']:.1f} min"
+    return f"`python -m minibass.zoo.train {shlex.join(part['argv'])}` ({took})"
 
 
 def main(argv=None):
@@ -607,7 +608,8 @@ def main(argv=None):
     target_minutes = minutes_spent(tmp / "target.pt") if kept is None else kept.get("minutes", {}).get("target", 0.0)
 
     part_ended(tmp, parts, started)  # (the evaluation below takes a minute or so more)
-    common_parts = [{"command": shlex.join(part["argv"]), "minutes": round(part["minutes"], 2)} for part in parts]
+    common_parts = [{"command": shlex.join(part["argv"]),
+                     "minutes": None if part["minutes"] is None else round(part["minutes"], 2)} for part in parts]
     losses = {name: held_out_loss(m, held_stream, args.seq_len) for name, m in (("target", target), ("draft", draft))}
     # A kept target's learning rate is its own run's (its metrics.json), not this run's --target-lr.
     target_lr = args.target_lr if kept is None else kept.get("lr", {}).get("target")

@@ -48,7 +48,8 @@ class Report:
             return f"Failed: {self.name}\n  no case was checked"
         keys = list(dict.fromkeys(k for r in self.rows[:self.limit] for k in r))  # rows may differ in columns
         # Cells are cut at 60 characters, but for the last column: it says what went wrong, whole.
-        shown = [[_fmt(r.get(k, ""), whole=i == len(keys) - 1) for i, k in enumerate(keys)] for r in self.rows[:self.limit]]
+        shown = [[_fmt(r.get(k, ""), whole=i == len(keys) - 1) for i, k in enumerate(keys)]
+                 for r in self.rows[:self.limit]]
         widths = [max(len(k), *(len(row[i]) for row in shown)) for i, k in enumerate(keys)]
         lines = [f"Failed: {self.name} ({len(self.rows)} of {self.cases} {self.unit} differ)",
                  ("  " + "  ".join(k.ljust(w) for k, w in zip(keys, widths))).rstrip(),

@@ -437,13 +437,14 @@ def check_step(report: Report, step_fn):
         if got != want:
             bad = next(b for b in range(len(prompts)) if got[b] != want[b])
             report.rows.append({"check": f"greedy, k={k}, sequence {bad}", "expected": want[bad], "got": got[bad]})
-        elif result.stats.accepted != accepted:  # right tokens, but the step returned something else than n
+        elif result.stats.accepted != accepted:  # right tokens, but the step returned something other than n
             step_no = next(i for i, (a, b) in enumerate(zip(result.stats.accepted, accepted)) if a != b) \
                 if len(result.stats.accepted) == len(accepted) else 0
             report.rows.append({"check": f"greedy, k={k}, what your step returns (stats.accepted, step {step_no})",
                                 "expected": accepted[step_no] if step_no < len(accepted) else "-",
                                 "got": result.stats.accepted[step_no] if step_no < len(result.stats.accepted) else "-"})
-            report.hint = "return n, long [B]: how many drafts each sequence accepted (the loop's stats and policies read it)"
+            report.hint = ("return n, long [B]: how many drafts each sequence accepted (the loop's stats and policies "
+                           "read it)")
     _fit(report, "sampled, k=3", lambda p, n, seed: speculative_generate(
         target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens, target, n_tokens=3)
 

@@ -12,7 +12,8 @@ the prompt and the tokens before it. The oracle loads the target into minibass (
 computes, by teacher forcing, that distribution at every position of every distinct sample
 (``next_token_logits``, ``reference_probs``). A token that greedy, top-k or top-p leaves out by
 less than ``CUTOFF_BAND`` (``near_a_cutoff``), which an engine computing in float32 may keep, is
-not impossible: after each prefix where the engine emitted one, the reference keeps it too. Three kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 2):
+not impossible: after each prefix where the engine emitted one, the reference keeps it too.
+Three kinds of test, each at alpha / m (Bonferroni, m = n_tokens + 2):
 
 * the joint of the first ``JOINT_TOKENS`` tokens against its exact distribution, enumerated over
   all V^3 continuations (a G-test over up to 216 cells);

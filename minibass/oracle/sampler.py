@@ -25,8 +25,9 @@ invariants are probed separately: a draft token with p(x) = 0 is never accepted,
 accepts everything, and the inputs are left unchanged.
 
 False alarms: each of the m tests runs at alpha / m (Bonferroni), so a correct sampler fails
-with probability <= alpha, up to the chi-square approximation of each G-test (``stats.g_test``). Power: the report states, per setup, the smallest total variation the
-joint test catches with probability 0.99 at this many rows (``stats.detectable_tv``).
+with probability <= alpha, up to the chi-square approximation of each G-test (``stats.g_test``).
+Power: the report states, per setup, the smallest total variation the joint test catches with
+probability 0.99 at this many rows (``stats.detectable_tv``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def pack_lists(q_lens: list[int], lengths: list[int]) -> tuple[list[int], list[i
     and positions [N] (its absolute position: lengths[seq] + offset).
     """
     seq_ids, q_starts, offsets, positions = [], [], [], []
-    for b, (n, cached) in enumerate(zip(q_lens, lengths)):
+    for b, (n, cached) in enumerate(zip(q_lens, lengths, strict=True)):
         q_starts.append(len(seq_ids))
         seq_ids += [b] * n
         offsets += range(n)
@@ -45,7 +45,10 @@ def pack_positions(q_lens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Ten
 
 def checked_truncation(lengths, current: Tensor) -> Tensor:
     """``lengths`` as a long tensor like ``current``, after checking 0 <= lengths <= current per sequence."""
-    lengths = torch.as_tensor(lengths)
+    try:
+        lengths = torch.as_tensor(lengths)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"truncate: lengths must be integers, one per sequence, got {lengths!r:.80} ({e})") from None
     if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
         raise ValueError(f"truncate: lengths must be integers, got {lengths.dtype}: a fractional length is a bug "
                          "upstream, not something to round")

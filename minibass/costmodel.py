@@ -187,10 +187,12 @@ def calibrate(hw: Hardware, shapes_and_seconds: list[tuple[ModelShape, int, int,
           for s, b, t, c, sec in shapes_and_seconds]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
-    slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var) if var else 0.0
-    intercept = max(0.0, my - slope * mx)
-    if not var:  # one depth only: all of it per call
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    intercept = my - slope * mx
+    if not var or slope < 0:  # one depth only, or costs falling with depth: all of it per call
         slope, intercept = 0.0, max(0.0, my)
+    elif intercept < 0:  # the best line through the origin instead (the constrained least-squares fit)
+        slope, intercept = max(0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)), 0.0
     return replace(hw, call_overhead=intercept, layer_overhead=slope)
 
 

@@ -75,7 +75,8 @@ class GenerationStats:
     with the sequence active. new_tokens: tokens returned, all sequences together.
     wall_time: seconds; time_split: seconds per phase of a speculative step ("draft", "verify",
     "accept", "rollback"). acceptance_rate, mean_accepted, tokens_per_target_call and
-    tokens_per_second are derived from these.
+    tokens_per_second are derived from these. Plain ``generate`` drafts nothing: its draft_calls,
+    draft_lengths, accepted, proposed and the token counts of drafts stay empty or 0, and time_split {}.
     """
 
     steps: int = 0  # rounds that emitted tokens (one token per sequence each, for plain decoding)
@@ -217,7 +218,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
 
     # Prefill: every prompt in one packed step.
     q_lens = torch.tensor([len(p) for p in prompts])
-    tokens = torch.tensor([t for p in prompts for t in p])
+    tokens = torch.tensor([int(t) for p in prompts for t in p], dtype=torch.long)  # (NumPy ints, unsigned too)
     logits = model.forward(tokens, q_lens, cache, attention=attention)
     stats.target_calls += 1
     active = list(range(batch))
@@ -226,6 +227,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     while active:
         new = sample(next_logits, sampling, streams, active)[0].tolist()
         stats.steps += 1
+        stats.sequence_steps += len(active)
         for b, t in zip(active, new):
             out[b].append(t)
         active = [b for b in active if not finished_after(out[b], max_new_tokens, eos)]

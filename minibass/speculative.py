@@ -273,7 +273,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
     batch = len(prompts)
     history = torch.zeros(batch, capacity, dtype=torch.long)
     for b, prompt in enumerate(prompts):
-        history[b, :len(prompt)] = torch.tensor(prompt)
+        history[b, :len(prompt)] = torch.tensor([int(t) for t in prompt], dtype=torch.long)  # (NumPy ints too)
     prompt_lens = torch.tensor([len(p) for p in prompts])
     s = LoopState(history, prompt_lens.clone(), prompt_lens, torch.ones(batch, dtype=torch.bool),
                  target.init_cache(batch, capacity), draft.init_cache(batch, capacity))

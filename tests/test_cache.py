@@ -86,7 +86,7 @@ def test_truncate_refuses_to_grow():
         cache.truncate([4, 5])
     with pytest.raises(ValueError, match="must have shape"):
         cache.truncate([1])
-    for fractional in ([2.9, 4.5], torch.tensor([True, False]), torch.tensor([2.0, 4.0])):
+    for fractional in ([2.9, 4.5], torch.tensor([True, False]), torch.tensor([2.0, 4.0]), "abc", None, [2 ** 70, 0]):
         with pytest.raises(ValueError, match="truncate: lengths must be integers"):
             cache.truncate(fractional)
     cache.truncate(np.array([2, 4]))  # NumPy integers are integers

@@ -89,6 +89,15 @@ def test_calibrate_recovers_overheads():
         cm.calibrate(hw, [])
 
 
+def test_calibrate_fits_through_the_origin_when_the_free_line_starts_below_it():
+    """Overheads 0 s at 2 layers and 0.1 s at 12: the free line has intercept -0.02; both >= 0, the least-squares
+    fit is the line through the origin, slope 1.2 / 148 (not the free slope 0.01 with its intercept cut to 0)."""
+    hw = cm.Hardware("toy", 1e15, 1e15)
+    shapes = [cm.ModelShape(n, 64, 4, 2, 128, 100) for n in (2, 12)]
+    fitted = cm.calibrate(hw, [(s, 8, 1, 16, cm.step_time(s, hw, 8, 1, 16) + y) for s, y in zip(shapes, (0.0, 0.1))])
+    assert fitted.call_overhead == 0 and fitted.layer_overhead == pytest.approx(1.2 / 148, rel=1e-9)
+
+
 def test_invalid_hardware_is_refused():
     with pytest.raises(ValueError):
         cm.Hardware("bad", 0, 1)

@@ -132,6 +132,17 @@ def test_several_eos_ids_and_numpy_token_ids(model):
         assert stopped == [t[:min([t.index(e) + 1 for e in (a, b) if e in t] or [9])] for t in full], eos
     as_numpy = [list(np.array(p, dtype=np.int64)) for p in PROMPTS]  # numpy ints, as from an array
     assert minibass.generate(model, as_numpy, 9, sampling=greedy, attention="naive").tokens == full
+    # Unsigned and mixed NumPy ids too (torch cannot promote uint64 with int64), in both decoders.
+    mixed = [[np.uint64(t) if i % 2 else np.int8(t) for i, t in enumerate(p)] for p in PROMPTS]
+    assert minibass.generate(model, mixed, 9, sampling=greedy, attention="naive").tokens == full
+    assert minibass.speculative_generate(model, model, mixed, 9, sampling=greedy, attention="naive").tokens == full
+
+
+def test_plain_generate_counts_its_active_sequences_and_drafts_nothing(model):
+    stats = minibass.generate(model, PROMPTS, 4, attention="naive", seed=0).stats
+    assert stats.sequence_steps == stats.new_tokens == 4 * len(PROMPTS)
+    assert stats.draft_calls == 0 and stats.draft_lengths == stats.accepted == stats.proposed == []
+    assert stats.acceptance_rate is None and stats.mean_accepted is None
 
 
 def test_a_tiny_temperature_tends_to_greedy_instead_of_nan(model):

@@ -137,8 +137,9 @@ def check_models(models: Sequence[CausalLM]) -> None:
 
 
 def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, sampling: SamplingParams,
-                  attention: str | None = None) -> None:
-    """The ValueErrors for bad input that both decoders raise, in one place."""
+                  attention: str | None = None) -> list[list[int]]:
+    """The ValueErrors for bad input that both decoders raise, in one place; returns the prompts as lists of
+    Python ints (NumPy integers, unsigned ones too, which torch cannot mix with int64, become ints)."""
     check_models(models)
     if len({model.vocab_size for model in models}) > 1:  # first: a prompt can be out of range for one of them only
         raise ValueError(f"target and draft must share a vocabulary: vocab_size "
@@ -168,6 +169,7 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
             if limit is not None and len(prompt) + max_new_tokens > limit:
                 raise ValueError(f"prompts[{b}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) "
                                  f"exceeds the {role}'s max_seq_len ({limit})")
+    return [[int(t) for t in prompt] for prompt in prompts]
 
 
 def check_eos(eos_token_id, vocab_size: int) -> tuple[int, ...] | None:
@@ -205,7 +207,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
     eos_token_id: None, one token id, or a list of them (any of them ends a sequence).
     attention: a key of ``minibass.BACKENDS``, or None for the model's default for its device.
     """
-    check_request([model], prompts, max_new_tokens, sampling, attention)
+    prompts = check_request([model], prompts, max_new_tokens, sampling, attention)
     eos = check_eos(eos_token_id, model.vocab_size)
     batch = len(prompts)
     streams = SeedStreams(seed, batch)
@@ -218,7 +220,7 @@ def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
 
     # Prefill: every prompt in one packed step.
     q_lens = torch.tensor([len(p) for p in prompts])
-    tokens = torch.tensor([int(t) for p in prompts for t in p], dtype=torch.long)  # (NumPy ints, unsigned too)
+    tokens = torch.tensor([t for p in prompts for t in p])
     logits = model.forward(tokens, q_lens, cache, attention=attention)
     stats.target_calls += 1
     active = list(range(batch))

@@ -273,7 +273,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
     batch = len(prompts)
     history = torch.zeros(batch, capacity, dtype=torch.long)
     for b, prompt in enumerate(prompts):
-        history[b, :len(prompt)] = torch.tensor([int(t) for t in prompt], dtype=torch.long)  # (NumPy ints too)
+        history[b, :len(prompt)] = torch.tensor(prompt)
     prompt_lens = torch.tensor([len(p) for p in prompts])
     s = LoopState(history, prompt_lens.clone(), prompt_lens, torch.ones(batch, dtype=torch.bool),
                  target.init_cache(batch, capacity), draft.init_cache(batch, capacity))
@@ -311,7 +311,7 @@ def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens
     step: the function that runs one step from the phases (the course has the learner assemble
     one); leave the default.
     """
-    check_request([target, draft], prompts, max_new_tokens, sampling, attention)
+    prompts = check_request([target, draft], prompts, max_new_tokens, sampling, attention)
     eos = check_eos(eos_token_id, target.vocab_size)
     eos_token_id = None if eos is None else torch.tensor(eos)  # built once; emit compares with it every step
     policy = make_policy(draft_length)

@@ -262,9 +262,10 @@ def _test_samples(verdict: Verdict, target, rows: list[list[int]], samples: int,
     sequences = np.array(list(observed))  # (U, n) the distinct continuations
     counts = np.array(list(observed.values()))  # (U,)
     logits = next_token_logits(target, sequences)  # (U, n, V)
-    p_token = chosen_probs(reference_probs(logits, sequences, sampling), sequences)  # (U, n)
-    widened = _near_cutoffs(logits, sequences, p_token, sampling)  # {prefix: tokens kept by a hair}
-    conditional = reference_probs(logits, sequences, sampling, widened)  # (U, n, V)
+    conditional = reference_probs(logits, sequences, sampling)  # (U, n, V)
+    widened = _near_cutoffs(logits, sequences, chosen_probs(conditional, sequences), sampling)  # {prefix: tokens}
+    if widened:  # tokens kept by a hair: the reference keeps them too, after those prefixes
+        conditional = reference_probs(logits, sequences, sampling, widened)
     excused = np.array([any(int(s[j]) in widened.get(tuple(s[:j].tolist()), ()) for j in range(len(s)))
                         for s in sequences])  # (U,)
     p_token = chosen_probs(conditional, sequences)  # (U, n)

@@ -288,12 +288,18 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
     return hidden, layers, heads, max(1, heads // 2)
 
 
+def held_out_windows(stream: torch.Tensor, seq_len: int, max_windows: int = 64) -> int:
+    """How many windows of ``seq_len`` tokens ``held_out_loss`` reads: the first ``max_windows`` of the stream, or
+    as many as it holds."""
+    return min(max_windows, (len(stream) - 1) // seq_len)
+
+
 @torch.no_grad()
 def held_out_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 64) -> float:
     """Mean next-token cross-entropy over the first ``max_windows`` windows of ``seq_len`` tokens of the
     stream: with the defaults 16,384 tokens, the first few files of the held-out stream (cards say so)."""
     windows = stream[: (len(stream) - 1) // seq_len * seq_len + 1]
-    n = min(max_windows, (len(windows) - 1) // seq_len)
+    n = held_out_windows(stream, seq_len, max_windows)
     total = 0.0
     for i in range(n):
         x = windows[i * seq_len:(i + 1) * seq_len + 1][None]
@@ -672,7 +678,7 @@ def main(argv=None):
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
                                  acceptance=rates_text, history=history,
                                  held_files=plural(len(held_files), "held-out file"),
-                                 loss_tokens=min(64, (len(held_stream) - 1) // args.seq_len) * args.seq_len,
+                                 loss_tokens=held_out_windows(held_stream, args.seq_len) * args.seq_len,
                                  made_by=" then ".join(map(part_words, parts)),
                                  **{**common, "lr": common["lr"][name]})
         (folders[name] / "README.md").write_text(card)

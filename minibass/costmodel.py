@@ -30,6 +30,8 @@ from NVIDIA's datasheets (URLs in ``source``).
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass, replace
 
@@ -50,8 +52,10 @@ class Hardware:
     source: str = ""
 
     def __post_init__(self):
-        if self.peak_flops <= 0 or self.bandwidth <= 0 or self.call_overhead < 0 or self.layer_overhead < 0:
-            raise ValueError(f"Hardware needs peak_flops > 0, bandwidth > 0 and overheads >= 0, got {self}")
+        values = (self.peak_flops, self.bandwidth, self.call_overhead, self.layer_overhead)
+        if not all(math.isfinite(x) for x in values) or self.peak_flops <= 0 or self.bandwidth <= 0 \
+                or self.call_overhead < 0 or self.layer_overhead < 0:
+            raise ValueError(f"Hardware needs finite numbers: peak_flops > 0, bandwidth > 0, overheads >= 0; got {self}")
 
     @property
     def ridge_point(self) -> float:
@@ -82,6 +86,16 @@ class ModelShape:
     head_dim: int | None = None  # None: hidden // heads
 
     def __post_init__(self):
+        sizes = dict(layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
+                     intermediate=self.intermediate, vocab=self.vocab, bytes_per_element=self.bytes_per_element)
+        if self.head_dim is not None:
+            sizes["head_dim"] = self.head_dim
+        bad = {name: value for name, value in sizes.items()
+               if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1}
+        if bad:
+            raise ValueError(f"ModelShape needs whole numbers >= 1, got {bad}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"ModelShape needs heads ({self.heads}) to be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden // self.heads)  # (a frozen dataclass)
 
@@ -126,12 +140,31 @@ def step_time(shape: ModelShape, hw: Hardware, batch: int, tokens: int = 1, cont
     return roof + hw.call_overhead + shape.layers * hw.layer_overhead
 
 
-def critical_batch(shape: ModelShape, hw: Hardware, tokens: int = 1, context: int = 0, limit: int = 1 << 16) -> int:
-    """The smallest batch at which a call of ``tokens`` tokens per sequence becomes compute-bound."""
-    for batch in range(1, limit + 1):
-        if shape.flops(batch, tokens, context) / hw.peak_flops >= shape.bytes(batch, tokens, context) / hw.bandwidth:
-            return batch
-    return limit
+def critical_batch(shape: ModelShape, hw: Hardware, tokens: int = 1, context: int = 0) -> int | None:
+    """The smallest batch at which a call of ``tokens`` tokens per sequence becomes compute-bound, or ``None``
+    if none does.
+
+    A call's FLOPs grow in proportion to the batch, its bytes by a fixed part (the weights) plus a part per
+    sequence (its cache). Where a sequence's own cache traffic takes longer than its FLOPs (long contexts, few
+    new tokens), the intensity levels off below the ridge point, and no batch is compute-bound.
+    """
+    if tokens < 1 or context < 0:
+        raise ValueError(f"critical_batch needs tokens >= 1 and context >= 0, got tokens={tokens}, context={context}")
+
+    def compute_bound(batch: int) -> bool:
+        return shape.flops(batch, tokens, context) / hw.peak_flops >= shape.bytes(batch, tokens, context) / hw.bandwidth
+
+    weights = shape.bytes(0, tokens, context) / hw.bandwidth  # seconds to read the weights
+    per_sequence = shape.flops(1, tokens, context) / hw.peak_flops - (shape.bytes(1, tokens, context)
+                                                                     - shape.bytes(0, tokens, context)) / hw.bandwidth
+    if per_sequence <= 0:
+        return None
+    batch = max(1, math.ceil(weights / per_sequence))
+    while batch > 1 and compute_bound(batch - 1):  # the closed form, mended where float rounding moved it
+        batch -= 1
+    while not compute_bound(batch):
+        batch += 1
+    return batch
 
 
 def speculative_speedup(target: ModelShape, draft: ModelShape, hw: Hardware, *, batch: int, k: int, alpha: float,

@@ -57,6 +57,32 @@ def test_gpu_spec_sheets_and_the_7b_critical_batch():
         assert 0.9 * hw.ridge_point <= cm.critical_batch(llama7b, hw) <= 1.1 * hw.ridge_point
 
 
+def test_critical_batch_is_none_when_no_batch_is_compute_bound():
+    """A long cache makes each sequence's bytes outweigh its FLOPs: the intensity levels off below the ridge."""
+    llama7b = cm.ModelShape(32, 4096, 32, 32, 11008, 32000, tied=False)
+    compute = lambda n, hw: llama7b.flops(n, 1, 128) / hw.peak_flops >= llama7b.bytes(n, 1, 128) / hw.bandwidth  # noqa: E731
+    assert cm.critical_batch(llama7b, cm.H100, context=128) is None
+    assert not compute(10 ** 9, cm.H100)
+    b = cm.critical_batch(llama7b, cm.A100, context=128)  # a lower ridge point: the FLOPs still win
+    assert b is not None and compute(b, cm.A100) and not compute(b - 1, cm.A100)
+    with pytest.raises(ValueError, match="tokens >= 1"):
+        cm.critical_batch(llama7b, cm.A100, tokens=0)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: cm.Hardware("x", float("nan"), 1e9), "finite"),
+    (lambda: cm.Hardware("x", 1e12, float("inf")), "finite"),
+    (lambda: cm.Hardware("x", 1e12, 1e9, call_overhead=-1e-3), "overheads >= 0"),
+    (lambda: cm.ModelShape(2, 64, 0, 1, 128, 100), "heads"),
+    (lambda: cm.ModelShape(2, 64, 4, 3, 128, 100), "multiple of kv_heads"),
+    (lambda: cm.ModelShape(2, 64.0, 4, 2, 128, 100), "hidden"),
+    (lambda: cm.ModelShape(2, 64, 4, 2, 128, 100, head_dim=0), "head_dim"),
+])
+def test_shapes_and_hardware_that_describe_nothing_are_refused(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
 def test_speculative_speedup_formula():
     """Numbers worked out by hand: E[tokens | 0.7, 4] = (1 - 0.7 ** 5) / 0.3 = 2.7731."""
     assert expected_tokens(0.7, 4) == pytest.approx(2.7731)

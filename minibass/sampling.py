@@ -93,7 +93,11 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
         return torch.where(torch.isfinite(top)[..., None], one_hot, torch.nan)  # NaN rows where the softmax's are
 
     # The max is taken out before dividing: the same softmax, and a tiny temperature gives -inf
-    # (probability 0) off the argmax instead of inf - inf = NaN.
+    # (probability 0) off the argmax instead of inf - inf = NaN. A temperature that float32 rounds to 0
+    # (below about 7e-46) would give 0 / 0 = NaN at the argmax: such a row is scaled in float64.
+    out_dtype = logits.dtype
+    if logits.dtype == torch.float32 and params.temperature <= 2.0 ** -150:  # half float32's smallest subnormal
+        logits = logits.double()
     z = (logits - logits.amax(-1, keepdim=True)) / params.temperature  # [..., V], scaled logits
     if 0 < params.top_k < z.shape[-1]:
         kth = torch.topk(z, params.top_k, dim=-1).values[..., -1:]  # [..., 1], the k-th largest
@@ -111,7 +115,7 @@ def probs(logits: Tensor, params: SamplingParams = SamplingParams()) -> Tensor:
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         p = p.masked_fill(~keep, 0.0)
         p = p / p.sum(-1, keepdim=True)
-    return p
+    return p.to(out_dtype)
 
 
 def sample_from(p: Tensor, u: Tensor) -> Tensor:

@@ -173,3 +173,12 @@ def test_exact_input_errors():
         exact.speculative_distribution(t, t, [0], 2, 0)
     with pytest.raises(ValueError, match="vocab sizes differ"):
         exact.speculative_distribution(t, TableLM.random(4), [0], 2, 1)
+
+
+def test_total_variation_by_hand_and_on_mismatched_shapes():
+    a = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[0.0, 0.5], [0.5, 0.0]], dtype=torch.float64)
+    assert exact.total_variation(a, b) == 1.0  # disjoint supports
+    assert exact.total_variation(a, a) == 0.0
+    with pytest.raises(ValueError, match="shapes differ"):  # not broadcast into a number that means nothing
+        exact.total_variation(torch.tensor([0.5, 0.5]), torch.tensor([[0.25, 0.25], [0.25, 0.25]]))

@@ -162,11 +162,24 @@ def test_a_drafted_token_the_draft_gave_no_mass_is_rejected():
     assert firsts > 0  # (the first draft was accepted in some runs, so the padded position was reached)
 
 
+def test_draft_lens_stop_a_row_even_where_q_is_not_zero():
+    """The loop pads q with zero rows past a sequence's draft, but the length alone must stop acceptance."""
+    tokens = torch.tensor([[0, 0]])
+    q = torch.full((1, 2, 2), 0.5, dtype=torch.float64)
+    p = torch.full((1, 3, 2), 0.5, dtype=torch.float64)  # p == q: every drafted token is accepted
+    n, _ = accept_and_resample(tokens, q, p, torch.zeros(1, 2, dtype=torch.float64),
+                               torch.full((1,), 0.5, dtype=torch.float64), torch.tensor([1]))
+    assert n.tolist() == [1]  # position 1 lies past the draft of length 1
+
+
 @pytest.mark.parametrize("mutate,message", [
     (lambda t, q, p: (t.int(), q, p), "draft_tokens must be long"),
     (lambda t, q, p: (t, q[:, :1], p), "draft_probs must be float"),
     (lambda t, q, p: (t, q, p[:, :2]), "target_probs must be float"),
     (lambda t, q, p: (t + 10, q, p), "draft_tokens must lie in"),
+    (lambda t, q, p: (torch.full_like(t, 3), q, p), "draft_tokens must lie in"),  # token == V
+    (lambda t, q, p: (-t - 1, q, p), "draft_tokens must lie in"),
+    (lambda t, q, p: (t, q, torch.cat([p, p[..., :1]], -1)), "target_probs must be float"),  # V + 1 columns
     (lambda t, q, p: (t, q.long(), p), "draft_probs must be float"),
     (lambda t, q, p: (t[0], q, p), "draft_tokens must be long \\[B, k\\]"),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, strategies as st
 
 import minibass
 from minibass.oracle import stats
-from minibass.sampling import SamplingParams, probs, sample_from
+from minibass.sampling import SamplingParams, SeedStreams, probs, sample_from
 from conftest import hf_tiny
 
 ALPHA = 1e-6  # false-alarm rate of every statistical test in this file
@@ -235,3 +236,48 @@ def test_top_p_sums_in_float64_at_a_large_vocabulary():
     for top_p in (0.999, 0.9999):
         params = SamplingParams(top_p=top_p)
         assert torch.equal(probs(logits, params) > 0, probs(logits.double(), params) > 0)
+
+
+def test_top_p_mass_exactly_at_the_slackened_threshold_counts_as_reaching_it():
+    logits = torch.tensor([[0.3, 0.0, -0.4]], dtype=torch.float64)
+    p = probs(logits)[0]
+    running = torch.sort(p, descending=True, stable=True).values.cumsum(-1)
+    total, first = float(running[-1]), float(running[0])
+    slack = max(1e-12, 4 * 3 * torch.finfo(torch.float64).eps)  # probs' own slack for V = 3
+    top_p = first / (total * (1 - slack))
+    for _ in range(200):  # the top_p whose threshold is bit for bit the first token's mass
+        threshold = top_p * total * (1 - slack)
+        if threshold == first:
+            break
+        top_p = math.nextafter(top_p, 0.0 if threshold > first else 1.0)
+    assert top_p * total * (1 - slack) == first
+    kept = probs(logits, SamplingParams(top_p=top_p)) > 0
+    assert kept.tolist() == [[True, False, False]]  # the first token's mass reaches top_p
+
+
+@pytest.mark.parametrize("logits", [
+    torch.tensor([[0.0, 1e9, 2e9]], dtype=torch.float64),  # logits / 1e-300 would overflow to inf
+    torch.tensor([[1.0, 2.0, 3.0]]),  # float32, where 1e-300 rounds to 0
+])
+def test_a_tiny_temperature_on_any_logits_tends_to_greedy_instead_of_nan(logits):
+    p = probs(logits, SamplingParams(temperature=1e-300))
+    assert p.dtype == logits.dtype and p.tolist() == [[0.0, 0.0, 1.0]]
+
+
+def test_sample_from_falls_back_to_the_last_token_with_mass_when_the_target_rounds_onto_the_total():
+    p = torch.tensor([[5e-324, 0.0, 0.0]], dtype=torch.float64)  # a subnormal total: u * total rounds onto it
+    assert sample_from(p, torch.tensor([0.9], dtype=torch.float64)).tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", [2 ** 63, [2 ** 63]])
+def test_a_seed_of_2_to_the_63_is_refused(seed):
+    with pytest.raises(ValueError, match="seed must be"):
+        SeedStreams(seed, 1)
+
+
+def test_uniform_ragged_draws_from_the_named_rows_streams():
+    got = SeedStreams(0, 3).uniform_ragged([2, 0], [2, 1], 3)
+    ref = SeedStreams(0, 3)
+    want = torch.zeros(2, 3, dtype=torch.float64)
+    want[0, :2], want[1, :1] = ref.uniform([2], 2)[0], ref.uniform([0], 1)[0]
+    assert torch.equal(got, want)

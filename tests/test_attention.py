@@ -149,6 +149,7 @@ BAD_INPUTS = [
     ("head_dim", lambda q, k, v, ql, kl: (q[..., :8], k, v, ql, kl), "head_dim"),
     ("v shape", lambda q, k, v, ql, kl: (q, k, v[:, :, :4], ql, kl), "v_cache shape"),
     ("q > kv", lambda q, k, v, ql, kl: (q, k, v, ql, torch.tensor([1, 9])), "q_lens must be <= kv_lens"),
+    ("negative q", lambda q, k, v, ql, kl: (q, k, v, torch.tensor([-1, 6]), kl), "q_lens must be >= 0"),
     ("kv > capacity", lambda q, k, v, ql, kl: (q, k[:, :, :6], v[:, :, :6], ql, kl), "kv_lens must be <= capacity"),
     ("total_q", lambda q, k, v, ql, kl: (q[:-1], k, v, ql, kl), "total_q"),
     ("dtype", lambda q, k, v, ql, kl: (q.double(), k, v, ql, kl), "share one dtype"),

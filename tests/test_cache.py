@@ -93,6 +93,23 @@ def test_truncate_refuses_to_grow():
     assert cache.lengths.tolist() == [2, 4]
 
 
+def test_truncate_does_not_alias_the_callers_lengths():
+    cache = KVCache(1, 2, 1, 8, 4)
+    cache.lengths = torch.tensor([3, 5])
+    new = torch.tensor([2, 4])
+    cache.truncate(new)
+    new[0] = 0
+    assert cache.lengths.tolist() == [2, 4]
+
+
+def test_a_cache_needs_a_batch_and_a_capacity():
+    cache = KVCache(2, 3, 1, 8, 4)
+    assert (cache.batch_size, cache.capacity) == (3, 8)
+    for batch, capacity in ((0, 8), (3, 0)):
+        with pytest.raises(ValueError, match="capacity"):
+            KVCache(1, batch, 1, capacity, 4)
+
+
 def test_capacity_overflow_is_an_error(model):
     cache = model.init_cache(1, 4)
     with pytest.raises(ValueError, match="capacity 4 exceeded"):

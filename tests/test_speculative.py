@@ -11,7 +11,7 @@ import torch
 import minibass
 from minibass import SamplingParams, TableLM, exact, oracle, speculative
 from minibass.draft_length import (BassDynamicDraftLength, CostAwareDraftLength, DraftCosts, FixedDraftLength,
-                                   PerSequenceDynamicDraftLength, make_policy)
+                                   PerSequenceDynamicDraftLength, expected_tokens, make_policy)
 from minibass.attention import triton_available
 from minibass.generate import IDLE
 from minibass.speculative import Phases
@@ -75,6 +75,95 @@ def test_several_eos_ids_end_sequences_as_in_generate(models):
         assert got.tokens == ref, draft_length
     with pytest.raises(ValueError, match="eos_token_id must be"):
         minibass.speculative_generate(target, draft, PROMPTS, 12, eos_token_id=[1, 11])
+
+
+def test_every_eos_id_ends_sequences_as_in_generate(models):
+    """Also ids the draft proposes and the target rejects: an EOS among rejected drafts ends nothing."""
+    target, draft = models["target"], models["other"]
+    for eos in range(CONFIG.vocab_size):
+        ref = minibass.generate(target, PROMPTS, 12, sampling=GREEDY, eos_token_id=eos).tokens
+        got = minibass.speculative_generate(target, draft, PROMPTS, 12, sampling=GREEDY, draft_length=4,
+                                            eos_token_id=eos).tokens
+        assert got == ref, eos
+
+
+class Counting:
+    """A model that records the q_lens of each of its forward calls (and otherwise is the model)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def forward(self, tokens, q_lens, cache, **kwargs):
+        self.calls.append(q_lens.tolist())
+        return self.model.forward(tokens, q_lens, cache, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_finished_sequences_feed_nothing_to_the_target(models):
+    target = Counting(models["target"])
+    eos = minibass.generate(models["target"], PROMPTS, 12, sampling=GREEDY).tokens[1][1]
+    result = minibass.speculative_generate(target, models["other"], PROMPTS, 12, sampling=GREEDY, draft_length=4,
+                                           eos_token_id=eos)
+    verifies = target.calls[1:]  # after the prefill
+    assert len(verifies) == result.stats.steps
+    for q_lens, accepted in zip(verifies, result.stats.accepted):
+        assert [q == 0 for q in q_lens] == [n == IDLE for n in accepted]
+    assert any(IDLE in row for row in result.stats.accepted)  # (some sequence did finish early)
+
+
+def test_the_draft_catches_up_on_one_token_after_a_rejection_and_two_after_a_full_acceptance(models):
+    """The first draft call of a step feeds each sequence what its cache lacks: the token the target
+    added, and after a fully accepted draft also the last draft token, which the draft never saw.
+    Idle sequences and those drafting nothing are fed nothing."""
+    draft = Counting(models["other"])
+    result = minibass.speculative_generate(models["target"], draft, PROMPTS, 12, sampling=GREEDY, draft_length=3)
+    stats, calls = result.stats, iter(draft.calls[1:])  # after the prefill
+    for t, k in enumerate(stats.draft_lengths):
+        step_calls = [next(calls) for _ in range(k)]  # a step makes as many draft calls as its longest draft
+        if not k:
+            continue
+        for b, q in enumerate(step_calls[0]):
+            if stats.proposed[t][b] in (IDLE, 0):
+                assert q == 0, (t, b)
+            else:
+                full = t > 0 and 0 < stats.proposed[t - 1][b] == stats.accepted[t - 1][b]
+                assert q == (2 if full else 1), (t, b, q)
+    assert next(calls, None) is None
+
+
+def test_draft_calls_and_sequence_steps_count_what_happened(models):
+    draft = Counting(models["other"])
+    eos = minibass.generate(models["target"], PROMPTS, 12, sampling=GREEDY).tokens[1][1]
+    stats = minibass.speculative_generate(models["target"], draft, PROMPTS, 12, sampling=GREEDY, draft_length=3,
+                                          eos_token_id=eos).stats
+    assert stats.draft_calls == len(draft.calls)  # the prefill and every draft call
+    assert stats.sequence_steps == sum(n != IDLE for row in stats.accepted for n in row)
+    assert stats.mean_accepted == stats.accepted_tokens / stats.sequence_steps
+
+
+def test_sequences_that_proposed_nothing_do_not_take_part_in_the_update(models):
+    """Contract section 5; minibass's policies filter them out themselves, a user's need not."""
+    heard = []
+
+    class Listening(FixedDraftLength):
+        def update(self, active, proposed, accepted):
+            heard.append(list(proposed))
+
+    minibass.speculative_generate(models["target"], models["other"], PROMPTS, 7, sampling=GREEDY,
+                                  draft_length=Listening(3))
+    assert heard and all(k > 0 for proposed in heard for k in proposed)
+    assert any(len(proposed) < len(PROMPTS) for proposed in heard)  # (budgets capped some drafts to 0)
+
+
+def test_a_policy_answering_the_wrong_number_of_lengths_is_refused(models):
+    class One(FixedDraftLength):
+        def lengths(self, active):
+            return [self.k]
+
+    with pytest.raises(ValueError, match="one int >= 1 per active sequence"):
+        minibass.speculative_generate(models["target"], models["other"], PROMPTS, 4, draft_length=One(2))
 
 
 @pytest.mark.parametrize("draft_name", ["self", "other", "adversarial"])
@@ -456,6 +545,17 @@ def test_bass_dynamic_policy_follows_algorithm_1():
     assert policy.l_draft == 27  # never below the best accepted count
 
 
+def test_a_full_acceptance_resets_s_and_a_tie_goes_to_the_sequence_that_accepted_everything():
+    policy = BassDynamicDraftLength()
+    policy.update([0], [7], [0])  # a miss: 7 - ceil(0.7) - 0 = 6, s = 1
+    policy.update([0], [6], [6])  # all accepted: 8, s = 0
+    policy.update([0], [8], [0])  # a miss: 8 - 1 - 0 = 7 (not 6: s was reset)
+    assert (policy.l_draft, policy.s) == (7, 1)
+    policy = BassDynamicDraftLength(l_draft=5)
+    policy.update([0, 1], [5, 3], [3, 3])  # both accepted 3; sequence 1, capped at 3 by its budget, all of it
+    assert (policy.l_draft, policy.s) == (7, 0)
+
+
 def test_a_sequence_that_proposed_nothing_does_not_decide_the_step():
     """Sequence 0 reached its token budget and drafted 0 tokens: it did not 'accept its whole draft'."""
     policy = BassDynamicDraftLength()
@@ -590,6 +690,26 @@ def test_cost_aware_policy_pulls_a_short_history_towards_the_batch():
                                     failures=dict(policy.failures))
     assert unpulled.alphas([0, 1])[1] < 0.01 and unpulled.lengths([0, 1]) == [1, 1]
     assert policy.alphas([0, 1])[1] > 0.6 and policy.lengths([0, 1])[0] > 1
+
+
+def test_the_pooled_prior_is_beta_one_half_and_certain_acceptance_gives_k_plus_one():
+    policy = CostAwareDraftLength(successes={0: 1.0}, failures={0: 0.0})
+    pooled = (0.5 + 1) / (1 + 1)
+    assert policy.alphas([0]) == pytest.approx([(1 + 10 * pooled) / (1 + 10)])
+    assert expected_tokens(1.0, 3) == 4.0 == pytest.approx(expected_tokens(1 - 1e-9, 3))
+    # alpha = 1 and drafts dearer than the verify: one draft per step, not k_max
+    policy = CostAwareDraftLength(k_max=8, pull=0, costs=DraftCosts(draft_call=2.0, verify_base=0.1,
+                                                                    verify_per_token=0.0),
+                                  successes={0: 5.0}, failures={0: 0.0})
+    assert policy.lengths([0]) == [1]
+
+
+def test_draft_calls_are_priced_per_call_by_the_fastest():
+    policy = CostAwareDraftLength()
+    for k, per_call in [(2, 0.1), (3, 0.2), (2, 0.3), (3, 0.1)]:
+        policy.lengths([0])
+        policy.observe_costs(k, per_call * k, 1.0 + 0.05 * (k + 1))
+    assert policy.measured_costs(1).draft_call == pytest.approx(0.1)
 
 
 def test_cost_aware_policy_forgets_old_steps():

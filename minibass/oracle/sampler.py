@@ -217,7 +217,7 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
                     0, detail=_impossible_words(impossible, p, q))
         joint = stats.g_test(possible, exact)
         tv = f"total variation {stats.total_variation(exact, observed):.4f}"
-        if impossible:  # the G-test sees only the possible events: say what is left among them
+        if impossible and possible:  # the G-test sees only the possible events: say what is left among them
             tv += f", {stats.total_variation(exact, possible):.4f} among the possible events"
         verdict.add_g_test(f"[{setup}] joint G-test", joint, level, what=f"{tv}; ",
                            detail=stats.worst_cells(exact, possible, words=event_words))

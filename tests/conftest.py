@@ -53,11 +53,16 @@ def hf_tiny(kind: str = "llama", *, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     config = config_cls(**kwargs)
     model = model_cls(config).eval()
-    # Random init gives near-uniform logits; widen them so that sampling tests have something to see.
+    # Random init gives near-uniform logits; widen them so that sampling tests have something to see. Norm
+    # weights and biases are drawn too (transformers starts them at 1 and 0, where a dropped one goes unseen).
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0, 0.15)
+            elif "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0, 0.1)
     return model
 
 

@@ -31,13 +31,13 @@ from NVIDIA's datasheets (URLs in ``source``).
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from dataclasses import dataclass, replace
 
 import torch
 
 from .draft_length import expected_tokens
+from .sampling import is_int
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,7 @@ class ModelShape:
                      intermediate=self.intermediate, vocab=self.vocab, bytes_per_element=self.bytes_per_element)
         if self.head_dim is not None:
             sizes["head_dim"] = self.head_dim
-        bad = {name: value for name, value in sizes.items()
-               if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1}
+        bad = {name: value for name, value in sizes.items() if not is_int(value) or value < 1}
         if bad:
             raise ValueError(f"ModelShape needs whole numbers >= 1, got {bad}")
         if self.heads % self.kv_heads:
@@ -154,9 +153,10 @@ def critical_batch(shape: ModelShape, hw: Hardware, tokens: int = 1, context: in
     def compute_bound(batch: int) -> bool:
         return shape.flops(batch, tokens, context) / hw.peak_flops >= shape.bytes(batch, tokens, context) / hw.bandwidth
 
-    weights = shape.bytes(0, tokens, context) / hw.bandwidth  # seconds to read the weights
-    per_sequence = shape.flops(1, tokens, context) / hw.peak_flops - (shape.bytes(1, tokens, context)
-                                                                     - shape.bytes(0, tokens, context)) / hw.bandwidth
+    weight_bytes = shape.bytes(0, tokens, context)
+    weights = weight_bytes / hw.bandwidth  # seconds to read the weights
+    per_sequence = (shape.flops(1, tokens, context) / hw.peak_flops  # a sequence's FLOPs, less its cache reads
+                    - (shape.bytes(1, tokens, context) - weight_bytes) / hw.bandwidth)
     if per_sequence <= 0:
         return None
     batch = max(1, math.ceil(weights / per_sequence))

@@ -1,4 +1,5 @@
-"""Decoder, loading, plain decoding and TableLM at their edges: norm weights, defaults a config leaves out, step checks, stats when sequences stop early. Nothing is downloaded: tiny random checkpoints."""
+"""Decoder, loading and TableLM at their edges: norm weights, defaults a config leaves out, the step checks,
+TableLM against its formula. Nothing is downloaded: tiny random checkpoints."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import pytest
 import torch
 
 import minibass
-from minibass import SamplingParams, TableLM
+from minibass import TableLM
 from minibass.model import Decoder, ModelConfig, RMSNorm
 from conftest import hf_tiny
 from test_loading import edit_config
 
 CFG = dict(vocab_size=11, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
            num_key_value_heads=2, head_dim=4, max_position_embeddings=48)
-PROMPTS = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10, 1]]
 
 
 def logits(model, ids):
@@ -27,13 +27,8 @@ IDS = torch.tensor([5, 9, 2, 7, 1, 33, 60, 4, 8, 13, 21, 34])
 
 # ---------------------------------------------------------------- model.py
 def test_norm_weights_and_a_large_eps_match_transformers(save_hf):
-    """hf_tiny leaves every RMSNorm weight at 1 and eps at 1e-6: randomise them so that dropping the norm
-    weight, or reading eps wrongly, shows."""
+    """An eps far from the default 1e-6, so that reading it wrongly shows (hf_tiny draws the norm weights)."""
     hf = hf_tiny("llama", rms_norm_eps=0.3)
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.dim() == 1:
-                p.uniform_(0.5, 1.5)
     model = minibass.load_model(save_hf(hf))
     assert (logits(model, IDS) - hf(IDS[None]).logits[0]).abs().max() <= 1e-4
 
@@ -123,35 +118,6 @@ def test_a_boolean_sliding_window_is_refused(save_hf):
     edit_config(folder, sliding_window=True)
     with pytest.raises(ValueError, match="sliding_window must be a positive int or null"):
         minibass.load_model(folder)
-
-
-# ---------------------------------------------------------------- generate.py
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    m = Decoder(ModelConfig(**CFG)).double().eval()
-    with torch.no_grad():
-        m.lm_head.weight.mul_(20)
-    return m
-
-
-def test_stats_count_what_was_emitted_when_sequences_stop_early(model):
-    greedy = SamplingParams(temperature=0)
-    full = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive").tokens
-    eos = full[2][4]
-    stopped = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive", eos_token_id=eos)
-    assert sum(map(len, stopped.tokens)) < 27
-    assert stopped.stats.new_tokens == stopped.stats.sequence_steps == sum(map(len, stopped.tokens))
-    assert stopped.stats.wall_time > 0 and stopped.stats.tokens_per_second > 0
-
-
-def test_sampled_sequences_keep_their_own_streams_when_others_stop(model):
-    """seed per sequence: stopping one sequence at EOS must not change the tokens the others sample."""
-    kw = dict(seed=[11, 12, 13], attention="naive", sampling=SamplingParams(temperature=1.0))
-    full = minibass.generate(model, PROMPTS, 9, **kw).tokens
-    for eos in {full[0][1], full[1][1], full[2][1]}:
-        cut = minibass.generate(model, PROMPTS, 9, eos_token_id=eos, **kw).tokens
-        assert cut == [t[:t.index(eos) + 1] if eos in t else t for t in full], eos
 
 
 # ---------------------------------------------------------------- table.py

@@ -174,3 +174,22 @@ def test_greedy_is_batch_invariant(model):
     together = minibass.generate(model, PROMPTS, 8, sampling=greedy, attention="naive").tokens
     for prompt, tokens in zip(PROMPTS, together):
         assert minibass.generate(model, [prompt], 8, sampling=greedy, attention="naive").tokens[0] == tokens
+
+
+def test_stats_count_what_was_emitted_when_sequences_stop_early(model):
+    greedy = SamplingParams(temperature=0)
+    full = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive").tokens
+    eos = full[2][4]
+    stopped = minibass.generate(model, PROMPTS, 9, sampling=greedy, attention="naive", eos_token_id=eos)
+    assert sum(map(len, stopped.tokens)) < 27
+    assert stopped.stats.new_tokens == stopped.stats.sequence_steps == sum(map(len, stopped.tokens))
+    assert stopped.stats.wall_time > 0 and stopped.stats.tokens_per_second > 0
+
+
+def test_sampled_sequences_keep_their_own_streams_when_others_stop(model):
+    """seed per sequence: stopping one sequence at EOS must not change the tokens the others sample."""
+    kw = dict(seed=[11, 12, 13], attention="naive", sampling=SamplingParams(temperature=1.0))
+    full = minibass.generate(model, PROMPTS, 9, **kw).tokens
+    for eos in {full[0][1], full[1][1], full[2][1]}:
+        cut = minibass.generate(model, PROMPTS, 9, eos_token_id=eos, **kw).tokens
+        assert cut == [t[:t.index(eos) + 1] if eos in t else t for t in full], eos

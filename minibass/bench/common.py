@@ -47,6 +47,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def probability(text: str) -> float:
+    """An argparse type: a float in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
+    return value
+
+
 def parse(parser: argparse.ArgumentParser, argv, name: str) -> argparse.Namespace:
     """Parses a benchmark's options, checks ``--device`` (if it has one) and records the command line."""
     global COMMAND

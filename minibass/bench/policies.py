@@ -37,7 +37,7 @@ import torch
 import minibass
 from minibass.draft_length import make_policy, parse_draft_length
 from minibass.generate import IDLE
-from .common import Parser, call_costs, parse, positive_int, provenance, pyplot, result_path, write_json
+from .common import Parser, call_costs, parse, positive_int, probability, provenance, pyplot, result_path, write_json
 
 
 def agreement_runs(target, draft, prompts: list[list[int]], new_tokens: int, k_max: int) -> list[list[int]]:
@@ -231,7 +231,7 @@ def main(argv=None):
     parser.add_argument("--draft-lengths", nargs="+", default=["1", "2", "3", "4", "6", "dynamic", "auto"])
     parser.add_argument("--new-tokens", type=positive_int, default=48)
     parser.add_argument("--k-max", type=positive_int, default=32, help="the longest agreement run recorded (dynamic's limit)")
-    parser.add_argument("--iid", type=float, default=None, metavar="ALPHA",
+    parser.add_argument("--iid", type=probability, default=None, metavar="ALPHA",
                         help="replay made-up runs (each draft token accepted with probability ALPHA) instead")
     parser.add_argument("--gpu-like", action="store_true",
                         help="price with made-up costs shaped like a memory-bound GPU step instead of measuring")
@@ -239,12 +239,18 @@ def main(argv=None):
                                                     "run, build/bench/ with other options, nothing for made-up runs")
     parser.add_argument("--plot", default=None, help="default: bench_results/policies-cpu.png (likewise)")
     args = parse(parser, argv, "policies")
+    draft_lengths = [parse_draft_length(p) for p in args.draft_lengths]
+    try:  # refuse a bad length before loading the pair and recording its runs
+        for p in draft_lengths:
+            make_policy(p)
+    except ValueError as error:
+        parser.error(str(error))
     measured = args.iid is None and not args.gpu_like
     # Made-up runs write only the files named for them.
     out = result_path(parser, args, "policies-cpu.json", args.out) if measured or args.out else None
     plot = result_path(parser, args, "policies-cpu.png", args.plot) if measured or args.plot else None
     try:
-        run(args.batch_sizes, [parse_draft_length(p) for p in args.draft_lengths], args.new_tokens, args.k_max,
+        run(args.batch_sizes, draft_lengths, args.new_tokens, args.k_max,
             out, plot, iid=args.iid, gpu_like=args.gpu_like)
     except ValueError as error:
         parser.error(str(error))

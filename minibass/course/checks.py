@@ -403,7 +403,7 @@ def _fit(report: Report, label: str, run, target, n_tokens: int = 2, samples: in
                             "statistic": test.statistic, "threshold": critical_value(test.dof, alpha)})
 
 
-@_check("an assembled step: greedy equality, its four phases timed, and the output distribution")
+@_check("an assembled step: greedy and seeded equality, its four phases timed, and the output distribution")
 def check_step(report: Report, step_fn):
     """step_fn has the signature of minibass.speculative.step; it replaces the loop's step. It must time its
     four phases (``timer("draft")`` ... ``timer("rollback")``), as the loop's stats and ``"auto"`` read them."""
@@ -445,6 +445,20 @@ def check_step(report: Report, step_fn):
                                 "got": result.stats.accepted[step_no] if step_no < len(result.stats.accepted) else "-"})
             report.hint = ("return n, long [B]: how many drafts each sequence accepted (the loop's stats and policies "
                            "read it)")
+        # Greedy runs on this pair rarely accept two drafts in a step, so a step that drafts other lengths than
+        # draft_lens says can pass them; a seeded sampled run cannot: a step assembled from the phases draws the
+        # same uniforms from the same streams as minibass's own step, so it gives the same tokens.
+        sampled = SamplingParams(temperature=1.0)
+        want_s = speculative_generate(target, draft, prompts, 12, sampling=sampled, draft_length=k, seed=0).tokens
+        got_s = speculative_generate(target, draft, prompts, 12, sampling=sampled, draft_length=k, seed=0,
+                                     step=step_fn).tokens
+        report.cases += 1
+        if got_s != want_s:
+            bad = next(b for b in range(len(prompts)) if got_s[b] != want_s[b])
+            report.rows.append({"check": f"sampled, k={k}, seed 0, sequence {bad}", "expected": want_s[bad],
+                                "got": got_s[bad]})
+            report.hint = report.hint or ("draft draft_lens[b] tokens for sequence b, and pass each phase what "
+                                          "minibass's step passes it (the same tensors, the same generators)")
     _fit(report, "sampled, k=3", lambda p, n, seed: speculative_generate(
         target, draft, p, n, draft_length=3, seed=seed, step=step_fn).tokens, target, n_tokens=3)
 

@@ -379,7 +379,7 @@ tags: [minibass, speculative-decoding, demo]
 | architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, {tying}, {params:,} parameters |
 | weights | bfloat16 safetensors |
 | corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {held_files} ({held_tokens:,} tokens), split by path hash |
-| training | {steps} steps, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
+| training | {steps}, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
 | held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}), over the first {loss_tokens:,} tokens of the held-out stream |
 | acceptance (this pair, held-out prompts, minibass `speculative_generate`) | {acceptance} |
 
@@ -673,7 +673,7 @@ def main(argv=None):
                                  layers="1 layer" if layers == 1 else f"{layers} layers",
                                  kv_heads=kv_heads, params=sum(p.numel() for p in model.parameters()),
                                  tying="tied embeddings" if model.config.tie_word_embeddings else "untied output head",
-                                 steps=args.target_steps if name == "target" else args.draft_steps,
+                                 steps=plural(args.target_steps if name == "target" else args.draft_steps, "step"),
                                  minutes=target_minutes if name == "target" else draft_minutes,
                                  held_loss=losses[name], held_ppl=math.exp(losses[name]),
                                  acceptance=rates_text, history=history,

@@ -161,6 +161,12 @@ BAD_INPUTS = [
     ("float lens", lambda q, k, v, ql, kl: (q, k, v, ql.float(), kl), "q_lens must be a 1-D integer"),
     ("batch", lambda q, k, v, ql, kl: (q, k, v, ql, kl[:1]), "kv_lens has 1 entries"),
     ("devices", lambda q, k, v, ql, kl: (q.to("meta"), k, v, ql, kl), "one device"),
+    ("v dtype", lambda q, k, v, ql, kl: (q, k, v.double(), ql, kl), "share one dtype"),
+    ("no kv heads", lambda q, k, v, ql, kl: (q, k[:, :0], v[:, :0], ql, kl), "multiple of"),
+    ("bool lens", lambda q, k, v, ql, kl: (q, k, v, ql.bool(), kl), "q_lens must be a 1-D integer"),
+    ("2-D lens", lambda q, k, v, ql, kl: (q, k, v, ql, kl[:, None]), "kv_lens must be a 1-D integer"),
+    ("bool scale", lambda q, k, v, ql, kl: (q, k, v, ql, kl, True), "finite float"),
+    ("wider q", lambda q, k, v, ql, kl: (torch.cat([q, q], -1), k, v, ql, kl), "head_dim"),
 ]
 
 

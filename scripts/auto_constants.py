@@ -61,6 +61,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     payload = json.load(open(args.json))
     runs, new_tokens, k_max = payload["runs"], payload["new_tokens"], payload["k_max"]
+    if len(runs) < max(BATCH_SIZES):  # each prompt set must fill a whole batch at every batch size
+        parser.error(f"{args.json} holds {len(runs)} sequences; batches of {max(BATCH_SIZES)} need at least "
+                     f"{max(BATCH_SIZES)} (a policies run over more prompts or batch sizes records more)")
     rng = random.Random(0)
     orders = [list(range(len(runs)))] + [rng.sample(range(len(runs)), len(runs)) for _ in range(args.orders - 1)]
     print(f"{args.json} ({payload['provenance']['date']}): {len(runs)} sequences, {new_tokens} tokens; "

@@ -274,7 +274,7 @@ class CostAwareDraftLength:
 
 def parse_draft_length(text: str):
     """A draft length as written on a command line: digits -> int, anything else stays a name."""
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isdecimal() else text  # (isdigit would take '²', which int() refuses)
 
 
 def make_policy(draft_length) -> DraftLengthPolicy:

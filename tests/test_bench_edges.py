@@ -21,6 +21,7 @@ import minibass
 from minibass import zoo
 from minibass.bench import attention, common, decode, peers, policies, speculative
 from minibass.bench.policies import CallCosts, compare, iid_runs, measure_costs, replay
+from minibass.draft_length import parse_draft_length
 from test_bench import usage_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -485,6 +486,32 @@ def test_policies_refuses_a_bad_draft_length_before_loading_anything(monkeypatch
     monkeypatch.setattr(common, "COMMAND", None)
     monkeypatch.setattr(zoo, "load_demo_pair", lambda *a, **k: pytest.fail("loaded the pair for a bad command"))
     assert "draft_length must be an int >= 1" in usage_error(["policies", "--draft-lengths", "0"], capsys)
+
+
+def test_policies_refuses_a_draft_length_that_is_not_a_plain_number_or_a_name_as_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setattr(common, "COMMAND", None)
+    monkeypatch.setattr(zoo, "load_demo_pair", lambda *a, **k: pytest.fail("loaded the pair for a bad command"))
+    assert "draft_length must be an int >= 1" in usage_error(["policies", "--draft-lengths", "2", "\u00b2"], capsys)
+
+
+@pytest.mark.parametrize("lengths, k_max, says", [(["dynamic"], "31", "'dynamic' may draft 32"),
+                                                  (["per-sequence"], "6", "'per-sequence' may draft 32"),
+                                                  (["2", "auto"], "8", "'auto' may draft 16: give --k-max 16")])
+def test_policies_refuses_a_policy_that_may_draft_beyond_k_max_before_loading_anything(monkeypatch, capsys,
+                                                                                       lengths, k_max, says):
+    monkeypatch.setattr(common, "COMMAND", None)
+    monkeypatch.setattr(zoo, "load_demo_pair", lambda *a, **k: pytest.fail("loaded the pair for a bad command"))
+    assert says in usage_error(["policies", "--draft-lengths", *lengths, "--k-max", k_max], capsys)
+
+
+def test_policies_replays_every_named_policy_within_k_max(monkeypatch, capsys):
+    """Made-up runs at GPU-like costs: the pair is never needed, and each policy replays within its k_max."""
+    monkeypatch.setattr(zoo, "load_demo_pair", lambda *a, **k: (None, None, None))
+    for lengths, k_max, longest in ((["dynamic", "per-sequence"], 32, [32, 32]), (["auto", "3"], 16, [16, 3])):
+        assert [policies.longest_draft(parse_draft_length(p)) for p in lengths] == longest
+        policies.run([1], [parse_draft_length(p) for p in lengths], 4, k_max, None, None, iid=0.5, gpu_like=True)
+        header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("batch  groups"))
+        assert header.split()[2:] == [("k=" + p) if p.isdigit() else p for p in lengths]
 
 
 @pytest.mark.parametrize("alpha", ["1.5", "-0.1", "nan", "half"])

@@ -372,7 +372,8 @@ def test_a_kept_targets_provenance_is_its_own_run(tmp_path):
 @pytest.mark.parametrize("options, says", [(["--vocab", "256"], "--vocab must be >= 257"),
                                            (["--draft-lr", "0"], "--draft-lr must be > 0"),
                                            (["--seq-len", "1"], "--seq-len must be in [2, 1024]"),
-                                           (["--on-policy", "-1"], "--on-policy must be >= 0")])
+                                           (["--on-policy", "-1"], "--on-policy must be >= 0"),
+                                           (["--draft-shape", "\u00b2x192"], "a shape is LAYERSxHIDDEN")])
 def test_more_bad_training_options_are_refused_before_any_work(tmp_path, capsys, options, says):
     with pytest.raises(SystemExit) as exit_status:
         train.main(["--out", str(tmp_path / "run"), "--fast", *options])

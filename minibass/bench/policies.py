@@ -35,7 +35,8 @@ import statistics
 import torch
 
 import minibass
-from minibass.draft_length import make_policy, parse_draft_length
+from minibass.draft_length import (BassDynamicDraftLength, CostAwareDraftLength, FixedDraftLength,
+                                   PerSequenceDynamicDraftLength, make_policy, parse_draft_length)
 from minibass.generate import IDLE
 from .common import Parser, call_costs, parse, positive_int, probability, provenance, pyplot, result_path, write_json
 
@@ -163,11 +164,32 @@ def iid_runs(alpha: float, sequences: int, new_tokens: int, k_max: int, seed: in
     return accepted.long().cumprod(-1).sum(-1).tolist()  # the run: accepted tokens before the first rejection
 
 
+def longest_draft(draft_length) -> int | None:
+    """The most tokens a draft-length policy can ask for in one step; None for a policy object it does not know
+    (the replay then refuses a draft longer than the runs recorded when it comes)."""
+    policy = make_policy(draft_length)
+    if isinstance(policy, FixedDraftLength):
+        return policy.k
+    if isinstance(policy, PerSequenceDynamicDraftLength):
+        return BassDynamicDraftLength().l_limit
+    if isinstance(policy, BassDynamicDraftLength):
+        return policy.l_limit
+    if isinstance(policy, CostAwareDraftLength):
+        return policy.k_max
+    return None
+
+
 def run(batch_sizes, policies, new_tokens, k_max, out, plot, iid=None, gpu_like=False):
     from minibass import zoo
 
     if any(isinstance(p, int) and p > k_max for p in policies):
         raise ValueError(f"fixed draft lengths up to --k-max {k_max}, got {policies}")
+    too_long = {str(p): longest_draft(p) for p in policies
+                if not isinstance(p, int) and (longest_draft(p) or 0) > k_max}
+    if too_long:  # said now, not when the replay first asks for more than the runs recorded
+        raise ValueError(f"--k-max {k_max} records runs of up to {k_max} tokens, but "
+                         + ", ".join(f"{name!r} may draft {k}" for name, k in too_long.items())
+                         + f": give --k-max {max(too_long.values())} or more")
     target, draft, tokenizer = zoo.load_demo_pair()
     if iid is None:
         prompts = [tokenizer.encode(t, add_special_tokens=False) for t in zoo.demo_prompts(1000)]

@@ -279,7 +279,7 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
     """'LAYERSxHIDDEN' -> (hidden, layers, heads, kv_heads) with 32-dimensional heads; ``ValueError`` for a
     shape that is not LAYERSxHIDDEN with LAYERS >= 1 and HIDDEN a positive multiple of 32."""
     parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1 or int(parts[1]) < 32 \
+    if len(parts) != 2 or not all(p.isdecimal() for p in parts) or int(parts[0]) < 1 or int(parts[1]) < 32 \
             or int(parts[1]) % 32:
         raise ValueError(f"a shape is LAYERSxHIDDEN, LAYERS >= 1 and HIDDEN a multiple of 32 (32-dimensional "
                          f"heads), e.g. 1x192; got {text!r}")

@@ -117,7 +117,7 @@ def test_cost_pads_an_idle_sequence_and_launches_nothing_for_it():
     assert c.launches == {"naive": 2 * 4, "split": 2, "padded": 1, "ragged": 1}
 
 
-def test_cost_bytes_per_strategy():
+def test_cost_counts_the_bytes_each_strategy_reads():
     """Q and O once; K and V for the keys read: per query head (naive, split), per kv head (ragged), or the
     padded rectangle of every sequence (padded). An idle sequence reads no keys, except in PAD."""
     h, hk, d, e = 4, 2, 8, 2  # G = 2

@@ -17,6 +17,7 @@ import minibass
 from minibass import __main__ as cli
 from minibass import oracle, zoo
 from minibass.attention import BACKENDS
+from minibass.bench import common
 from minibass.oracle import adapters, known_bugs
 from minibass.oracle.cli import seed_value
 
@@ -203,6 +204,13 @@ def test_demo_refuses_counts_below_one_before_loading_anything(option, monkeypat
     monkeypatch.setattr(cli, "_load", never)
     code, out, err = _exit(["demo", option, "0"], capsys)
     assert code == 2 and f"{option} must be >= 1, got 0" in err and out == ""
+
+
+def test_demo_refuses_a_bad_draft_length_before_loading_anything(monkeypatch, capsys):
+    def never(args):
+        raise AssertionError("loaded the models before checking the options")
+
+    monkeypatch.setattr(cli, "_load", never)
     code, out, err = _exit(["demo", "--draft-lengths", "2", "sometimes"], capsys)
     assert code == 2 and "draft_length must be an int >= 1" in err
 
@@ -254,6 +262,8 @@ def test_the_demo_exits_1_when_a_speculative_run_differs_from_regular_decoding(m
         return result
 
     monkeypatch.setattr(minibass, "speculative_generate", k3_wrong)
+    monkeypatch.setattr(common, "call_costs", lambda target, draft, batch, verify_tokens: {  # not timed here
+        "regular": 1.0, "draft": 0.1, "verify": 1.5})
     args = cli.build_parser().parse_args(["demo", "--batch-size", "2", "--prompts", "2", "--max-new-tokens", "3",
                                           "--draft-lengths", "2", "3", "--repeats", "1"])
     assert cli.demo(args) == 1

@@ -251,9 +251,10 @@ def _planted_online():
     return dict(step_fn=no_rescale)
 
 
-def _assembled_step(rollback_first: bool = False, returns: str = "n"):
+def _assembled_step(rollback_first: bool = False, returns: str = "n", q_from_p: bool = False):
     """minibass's step assembled from its phases, with a learner's slip: the roll-back before the history grew,
-    or the next tokens y returned where the loop wants n."""
+    the next tokens y returned where the loop wants n, or the target's probabilities passed where the draft's go
+    (greedy decoding never reads q, so its tokens are the same; sampling then accepts every draft)."""
     from minibass.speculative import emit
 
     def step(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
@@ -264,7 +265,7 @@ def _assembled_step(rollback_first: bool = False, returns: str = "n"):
             p = phases.verify(target, s.target_cache, s.history, s.seq_lens, drafts, draft_lens, s.active, sampling,
                               attention)
         with timer("accept"):
-            n, y = phases.accept(drafts, q, p, draft_lens, s.active, streams)
+            n, y = phases.accept(drafts, p[:, :drafts.shape[1]] if q_from_p else q, p, draft_lens, s.active, streams)
         with timer("rollback"):
             if rollback_first:
                 phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)  # before the history grew

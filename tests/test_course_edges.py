@@ -18,17 +18,9 @@ from minibass.course import Report, checks
 from minibass.course import build as course_build
 from minibass.course import execute as course_execute
 from minibass.course.__main__ import main as course_main
+from test_course import _assembled_step, _namespace
 
 CHAPTERS = course_build.chapters()
-
-
-def _solutions(prefix: str) -> dict:
-    """The names a chapter's exercise cells define, with the reference solutions."""
-    chapter = next(p for p in CHAPTERS if p.stem.startswith(prefix))
-    namespace: dict = {}
-    for cell in course_build.exercise_cells(chapter):
-        exec(compile(cell, str(chapter), "exec"), namespace)
-    return namespace
 
 
 def _code(path) -> str:
@@ -53,7 +45,7 @@ REFERENCES = {  # chapter -> (check, names from its exercise cells, kwargs)
 @pytest.mark.parametrize("prefix", sorted(REFERENCES))
 def test_check_passes_the_chapters_reference_solution(prefix):
     check, names, kwargs = REFERENCES[prefix]
-    ns = _solutions(prefix)
+    ns = _namespace(prefix, stubbed=False)
     report = check(*(ns[n] for n in names), quiet=True, **kwargs)
     assert report.passed and report.cases > 0, str(report)
     assert str(report).startswith(f"Passed: {report.name} ({report.cases} ")
@@ -76,7 +68,7 @@ def test_the_roofline_check_is_exact_not_nearly_right():
 
 
 def test_the_positions_check_wants_long_positions_and_hints_only_at_an_empty_float_tensor():
-    reference = _solutions("02")["positions_of"]
+    reference = _namespace("02", stubbed=False)["positions_of"]
 
     def float_when_not_empty(q_lens, lengths):  # the right numbers, float where there are any
         out = reference(q_lens, lengths)
@@ -100,7 +92,7 @@ def test_the_acceptance_check_fails_a_residual_smoothed_away_from_zero():
         r = (p - q).clamp(min=1e-6)
         return r / r.sum()
 
-    ns = _solutions("03")
+    ns = _namespace("03", stubbed=False)
     report = checks.check_accept_resample(ns["accept_probability"], smoothed, quiet=True)
     assert not report.passed and report.error is None and "enumeration" in str(report), str(report)
 
@@ -108,7 +100,7 @@ def test_the_acceptance_check_fails_a_residual_smoothed_away_from_zero():
 def test_the_acceptance_check_fails_a_residual_divided_by_its_positive_mass_but_not_clamped():
     """(p - q) / sum(max(0, p - q)) has the right total on the positive side and negative entries besides: not
     a distribution (a program could not draw from it), though clamping it would make it right."""
-    ns = _solutions("03")
+    ns = _namespace("03", stubbed=False)
     report = checks.check_accept_resample(ns["accept_probability"], lambda p, q: (p - q) / (p - q).clamp(min=0).sum(),
                                           quiet=True)
     assert not report.passed and report.error is None and "enumeration" in str(report), str(report)
@@ -141,26 +133,8 @@ def test_the_online_softmax_check_fails_the_near_misses(step_fn, case):
         assert [row["case"] for row in report.rows] == [case], str(report)
 
 
-def _q_from_p(s, target, draft, draft_lens, sampling, streams, attention, eos_token_id, phases, timer):
-    """The step with the target's probabilities passed where the draft's go: greedy decoding never reads q (its
-    tokens are the same), sampling accepts every draft."""
-    from minibass.speculative import emit
-
-    with timer("draft"):
-        drafts, q = phases.draft(draft, s.draft_cache, s.history, s.seq_lens, draft_lens, sampling, streams, attention)
-    with timer("verify"):
-        p = phases.verify(target, s.target_cache, s.history, s.seq_lens, drafts, draft_lens, s.active, sampling,
-                          attention)
-    with timer("accept"):
-        n, y = phases.accept(drafts, p[:, :drafts.shape[1]], p, draft_lens, s.active, streams)
-    with timer("rollback"):
-        emit(s, drafts, n, y, eos_token_id)
-        phases.rollback(s.target_cache, s.draft_cache, s.seq_lens)
-    return n
-
-
 def test_the_step_check_samples_too_and_fails_a_step_right_only_when_greedy():
-    report = checks.check_step(_q_from_p, quiet=True)
+    report = checks.check_step(_assembled_step(q_from_p=True), quiet=True)
     assert not report.passed and report.error is None, str(report)
     assert "sampled, k=3: G-test of 3000 samples of 3 tokens" in [row["check"] for row in report.rows], str(report)
 
@@ -173,8 +147,8 @@ def _one_draft(s, target, draft, draft_lens, *rest):
 
 
 def test_the_step_check_fails_a_step_that_drafts_one_token_whatever_it_is_asked():
-    """Greedy runs on llama_pair never accept two drafts in a step, so only the seeded sampled run tells this
-    step from minibass's."""
+    """Greedy runs on llama_pair accept at most one draft per step on these prompts, so only the seeded sampled
+    run tells this step from minibass's."""
     report = checks.check_step(_one_draft, quiet=True)
     assert not report.passed and "sampled, k=3, seed 0" in str(report), str(report)
 

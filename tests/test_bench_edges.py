@@ -145,6 +145,14 @@ def test_forward_clock_adds_up_every_call_of_every_watched_model_and_only_theirs
     assert again["seconds"] == 0.25 and spent["seconds"] == 0.75  # a new clock counts from zero, once per call
 
 
+def test_forward_clock_counts_a_model_named_twice_once(monkeypatch):
+    monkeypatch.setattr(common, "timed", lambda fn, *, device: (0.25, fn()))
+    a = Doubler()
+    with common.forward_clock(a, a, device="cpu") as spent:
+        assert a.forward(1) == 2
+    assert spent["seconds"] == 0.25 and a.calls == 1 and "forward" not in vars(a)
+
+
 def tiny_llama(folder, seed=0):
     return common.random_llama(folder, layers=1, hidden=32, heads=2, kv_heads=1, vocab=64, seed=seed,
                                max_positions=128)

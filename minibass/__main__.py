@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from minibass.draft_length import make_policy, parse_draft_length
+from minibass.draft_length import parse_draft_length
 
 
 def _load(args):
@@ -215,9 +215,8 @@ def demo(args) -> int:
                           ("--max-new-tokens", args.max_new_tokens), ("--repeats", args.repeats)):
         if value is not None and value < 1:
             raise ValueError(f"{option} must be >= 1, got {value}")
-    policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))  # each once
-    for policy in policies:
-        make_policy(policy)  # a bad one said now, not after loading and a first run
+    # each once; a bad one said now, not after loading and a first run
+    policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")

@@ -273,8 +273,11 @@ class CostAwareDraftLength:
 
 
 def parse_draft_length(text: str):
-    """A draft length as written on a command line: digits -> int, anything else stays a name."""
-    return int(text) if text.isdecimal() else text  # (isdigit would take '²', which int() refuses)
+    """A draft length as written on a command line: digits -> int, anything else stays a name; ``ValueError``
+    for one that ``make_policy`` refuses, so that a command line can say so before it loads anything."""
+    draft_length = int(text) if text.isdecimal() else text  # (isdigit would take '²', which int() refuses)
+    make_policy(draft_length)
+    return draft_length
 
 
 def make_policy(draft_length) -> DraftLengthPolicy:

@@ -21,7 +21,7 @@ import argparse
 import torch
 
 import minibass
-from minibass.draft_length import make_policy, parse_draft_length
+from minibass.draft_length import parse_draft_length
 from minibass import zoo
 from .common import Parser, parse, positive_int, provenance, pyplot, result_path, timed, write_json
 
@@ -158,9 +158,8 @@ def main(argv=None):
     args = parse(parser, argv, "peers")
     kind = args.device.split(":")[0]
     attention = args.attention or minibass.attention.default_backend(args.device)
-    draft_length = parse_draft_length(args.draft_length)
     try:
-        make_policy(draft_length)
+        draft_length = parse_draft_length(args.draft_length)
     except ValueError as error:
         parser.error(str(error))
     run(args.device, args.batch_sizes, args.new_tokens, attention,

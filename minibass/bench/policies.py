@@ -171,7 +171,7 @@ def longest_draft(draft_length) -> int | None:
     if isinstance(policy, FixedDraftLength):
         return policy.k
     if isinstance(policy, PerSequenceDynamicDraftLength):
-        return BassDynamicDraftLength().l_limit
+        return BassDynamicDraftLength.l_limit  # each sequence's Algorithm 1 at its defaults
     if isinstance(policy, BassDynamicDraftLength):
         return policy.l_limit
     if isinstance(policy, CostAwareDraftLength):
@@ -184,8 +184,8 @@ def run(batch_sizes, policies, new_tokens, k_max, out, plot, iid=None, gpu_like=
 
     if any(isinstance(p, int) and p > k_max for p in policies):
         raise ValueError(f"fixed draft lengths up to --k-max {k_max}, got {policies}")
-    too_long = {str(p): longest_draft(p) for p in policies
-                if not isinstance(p, int) and (longest_draft(p) or 0) > k_max}
+    longest = {str(p): longest_draft(p) for p in policies if not isinstance(p, int)}
+    too_long = {name: k for name, k in longest.items() if k is not None and k > k_max}
     if too_long:  # said now, not when the replay first asks for more than the runs recorded
         raise ValueError(f"--k-max {k_max} records runs of up to {k_max} tokens, but "
                          + ", ".join(f"{name!r} may draft {k}" for name, k in too_long.items())
@@ -261,10 +261,8 @@ def main(argv=None):
                                                     "run, build/bench/ with other options, nothing for made-up runs")
     parser.add_argument("--plot", default=None, help="default: bench_results/policies-cpu.png (likewise)")
     args = parse(parser, argv, "policies")
-    draft_lengths = [parse_draft_length(p) for p in args.draft_lengths]
     try:  # refuse a bad length before loading the pair and recording its runs
-        for p in draft_lengths:
-            make_policy(p)
+        draft_lengths = [parse_draft_length(p) for p in args.draft_lengths]
     except ValueError as error:
         parser.error(str(error))
     measured = args.iid is None and not args.gpu_like

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 import torch
 
 import minibass
-from minibass.draft_length import make_policy, parse_draft_length
+from minibass.draft_length import parse_draft_length
 from .common import (Parser, forward_clock, parse, positive_int, provenance, pyplot, random_llama, rate_text,
                      result_path, timed, write_json)
 
@@ -180,11 +180,9 @@ def main(argv=None):
     args = parse(parser, argv, "speculative")
     kind = args.device.split(":")[0]
     backends = args.backends or [b for b in minibass.BACKENDS if kind != "cpu" or b != "ragged"]
-    draft_lengths = [parse_draft_length(k) for k in args.draft_lengths]
     try:
         minibass.SamplingParams(temperature=args.temperature)
-        for k in draft_lengths:
-            make_policy(k)
+        draft_lengths = [parse_draft_length(k) for k in args.draft_lengths]
     except ValueError as error:
         parser.error(str(error))
     run(args.device, args.batch_sizes, draft_lengths, backends, args.new_tokens, args.temperature,

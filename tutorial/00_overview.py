@@ -13,7 +13,7 @@
 # model from memory to do very little arithmetic with it, so a GPU (or a CPU) spends most of the
 # call waiting for memory. **Speculative decoding** (Leviathan et al. 2023; Chen et al. 2023) lets
 # a small *draft* model guess `k` tokens, and the large *target* model checks all of them in one
-# call; a modified rejection rule keeps exactly the tokens the target would have sampled itself.
+# call; a modified rejection rule keeps the output distributed exactly as the target's own sampling.
 # **BASS** (Qian et al. 2024, *Batched Attention-optimized Speculative Sampling*) does this for a
 # whole batch: each sequence accepts a different number of tokens, so the KV caches go *ragged*,
 # and attention has to cope.
@@ -84,12 +84,13 @@ plt.show()
 
 # %%
 import importlib
+from pathlib import Path
 
 for name in ["sampling", "cache", "model", "generate", "rejection", "exact", "speculative", "draft_length",
              "costmodel", "attention.naive", "attention.padded", "attention.split", "attention.ragged", "oracle"]:
     module = importlib.import_module(f"minibass.{name}")
-    path = module.__file__.split("minibass", 1)[1].replace("__init__.py", "")
-    print(f"minibass{path}".ljust(34), (module.__doc__ or "").strip().splitlines()[0])
+    path = Path(module.__file__).relative_to(Path(minibass.__file__).parent.parent).as_posix()
+    print(path.replace("__init__.py", "").ljust(34), (module.__doc__ or "").strip().splitlines()[0])
 
 # %% [markdown]
 # ## CPU or GPU?
@@ -97,9 +98,10 @@ for name in ["sampling", "cache", "model", "generate", "rejection", "exact", "sp
 # Everything here runs on a laptop CPU: the Triton kernel of chapter 07 runs in Triton's
 # interpreter, and the timings are this machine's. On a CPU the small demo models cost mostly
 # per-layer overhead, so the target/draft *cost ratio* is what decides whether speculation pays;
-# on a GPU a large model is bound by memory bandwidth, and the batch size is what decides. Where
-# GPU timings were recorded (`bench_results/*-cuda.json`), chapter 10 shows them with their
-# provenance; where none were, it says so and shows the cost model's *prediction*, labelled as one.
+# on a GPU a large model is bound by memory bandwidth, and the batch size is what decides. Chapter
+# 10 shows the GPU timings recorded in `bench_results/*-cuda.json` with their provenance (or says
+# that none were recorded), measures live as well where a GPU is present, and in every case plots
+# the cost model's *prediction*, labelled as one.
 #
 # | chapter | question |
 # |---|---|

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 01 · Why is decoding memory-bound, and why does batching change that?
 #
-# File: `minibass/costmodel.py` (the cost model every later chapter and the benchmarks use).
+# File: `minibass/costmodel.py` (the cost model chapter 10 and the benchmarks use too).
 #
 # A forward call over `N = B·t` new tokens (`B` sequences, `t` tokens each) multiplies every
 # weight by each token: about `2 · N · P` FLOPs for `P` weights, while it must read every weight
@@ -87,10 +87,12 @@ plt.show()
 
 # %% [markdown]
 # What to see: a 7B model decoding one token per sequence (red lines: 128 cached tokens each) sits
-# left of every ridge point (dotted lines), on the sloped, memory-bound part of each roof. With an
-# empty cache it would cross a GPU's ridge point at a batch in the hundreds (the exercise below
-# computes where); with 128 cached tokens it crosses the A100's only at batch 690, and never the
-# H100's or the H200's, whose ridge points lie above the level-off near 196.
+# left of every GPU's ridge point (coloured dotted lines), on the sloped, memory-bound part of each
+# GPU's roof. With an empty cache it would cross a GPU's ridge point at a batch in the hundreds (the
+# exercise below computes where); with 128 cached tokens it crosses the A100's only at batch 690,
+# and never the H100's or the H200's, whose ridge points lie above the level-off near 196. A CPU's
+# ridge point (gray) lies far lower (10–13 FLOPs/byte on the 2-core machine of
+# `docs/demo-pair.md`), so there a batch of 64 is already past it.
 #
 # The CPU's roofs are measured now, as the best of a few short runs; if the machine is busy they
 # come out low (then the CPU's roof can even fall below the measured calls further down): rerun

@@ -18,7 +18,7 @@
 # call wrote `k + 1` entries into each target cache; the ones past the accepted prefix are now
 # wrong. Rolling them back costs nothing: `cache.truncate(lengths)` only lowers `lengths[b]`, and
 # the next step overwrites the stale slots (attention never reads at or beyond `lengths[b]`; the
-# attention chapters test that with NaN in those slots).
+# attention chapters test that with NaN and inf in those slots).
 #
 # The loop's invariants between steps (`minibass/speculative.py`):
 #

@@ -83,8 +83,8 @@ def ragged_batch(q_lens, kv_lens, heads=8, kv_heads=4, dim=64, seed=0):
     capacity = max(kv_lens) + 8
     k = torch.randn(len(q_lens), kv_heads, capacity, dim, generator=g)
     v = torch.randn(len(q_lens), kv_heads, capacity, dim, generator=g)
-    for b, kv in enumerate(kv_lens):  # stale slots hold garbage, NaN included
-        k[b, :, kv:], v[b, :, kv:] = float("nan"), float("nan")
+    for b, kv in enumerate(kv_lens):  # stale slots hold garbage: NaN keys and inf values, as the check's
+        k[b, :, kv:], v[b, :, kv:] = float("nan"), float("inf")
     q = torch.randn(sum(q_lens), heads, dim, generator=g)
     return q, k, v, torch.tensor(q_lens), torch.tensor(kv_lens)
 
@@ -123,9 +123,13 @@ plt.show()
 # `kv_lens[b] − q_lens[b] + i` and sees keys up to that position). Scatter the queries into a
 # zero-padded `[B, Tq, H, D]`, compute the scores against the first `Tk = max(kv_lens)` keys, mask
 # padding and future keys to `−inf` **before** the softmax, and gather the valid rows back into
-# `[N, H, D]`. Careful: stale cache slots hold NaN, and `0 · NaN = NaN`. Scale the scores by the
-# keyword `scale`, or by `D ** -0.5` when it is None (the check also passes an explicit one), and
-# return the output in `q`'s dtype. The check compares with the specification, so write the padding
+# `[N, H, D]`. Careful: the check fills stale cache slots with NaN (keys) and inf (values), and
+# `0 · NaN = 0 · inf = NaN`: a masked weight of 0 does not clean them, so select the valid slots
+# (`torch.where`) before the products. Scale the scores by the keyword `scale`, or by `D ** -0.5`
+# when it is None (the check also passes an explicit one), and return the output in `q`'s dtype.
+# Leave `q`, the lengths and the valid cache slots as they are (the check compares them
+# afterwards; stale slots are yours to overwrite); a batch may bring no new token at all (`q` of
+# shape `[0, H, D]`). The check compares with the specification, so write the padding
 # yourself rather than calling `BACKENDS["padded"]`.
 
 # %%

@@ -36,9 +36,9 @@ for hk in range(Hk):
 # ## The online softmax, block by block
 #
 # A program cannot hold a whole row of scores (the cache may be long), so it walks the keys in
-# blocks of `BLOCK_N` and keeps three numbers per row (Milakov & Gimelshein 2018; Dao et al. 2022,
-# FlashAttention): the running maximum `m_i`, the running sum `l_i = Σ exp(s − m_i)`, and the
-# running output `acc = Σ exp(s − m_i) v`. When a block raises the maximum, the old sums are
+# blocks of `BLOCK_N` and keeps three quantities per row (Milakov & Gimelshein 2018; Dao et al.
+# 2022, FlashAttention): the running maximum `m_i`, the running sum `l_i = Σ exp(s − m_i)`, and the
+# running output vector `acc = Σ exp(s − m_i) v` (`D` numbers). When a block raises the maximum, the old sums are
 # rescaled by `α = exp(m_old − m_new)`:
 #
 # $$ m' = \max(m, \max_j s_j),\quad l' = \alpha\, l + \sum_j e^{s_j - m'},\quad

@@ -118,8 +118,9 @@ plt.show()
 # ## Exercise
 #
 # Write a draft-length policy: a class with `lengths(active) -> list[int]` (one length ≥ 1 per
-# active sequence index) and `update(active, proposed, accepted)` (what each active sequence
-# proposed and accepted in the step just done). Step costs, in regular-step units, are given:
+# active sequence index) and `update(active, proposed, accepted)` (what each sequence that drafted
+# in the step just done proposed and accepted; a sequence that drafted nothing, at the budget's end,
+# is left out). Step costs, in regular-step units, are given:
 # one verify of `k + 1` tokens costs `1.0 + 0.05 (k + 1)`, one draft call `0.08`; a step is priced by
 # its longest draft (the batch makes that many draft calls, as the loop does), so lengths that differ
 # from sequence to sequence pay for the longest. The check

@@ -14,8 +14,8 @@
 # (transformers), `cli.py` (`python -m minibass oracle ...`). The page `docs/oracle.md` has the
 # full story and recipes for vLLM and SGLang.
 #
-# The oracle takes a part of another engine in one of three signatures — an attention kernel, a
-# rejection step, or a whole generator — and returns a `Verdict`: one row per check (statistic,
+# The oracle takes a part of another engine — an attention kernel, a rejection step (also with its
+# uniforms given), or a whole generator — and returns a `Verdict`: one row per check (statistic,
 # threshold, passed), `ok`, and the smallest failing case. Here it checks the installed
 # `transformers`, live.
 
@@ -27,8 +27,8 @@ from minibass import oracle
 from minibass.course import size
 from minibass.oracle import adapters
 
-verdict = oracle.check_sampler(adapters.transformers_sampler, rows=size(5_000, 50_000))
-print(verdict)
+sampler_verdict = oracle.check_sampler(adapters.transformers_sampler, rows=size(5_000, 50_000))
+print(sampler_verdict)
 
 # %% [markdown]
 # How close did each test come to failing? A row fails where its statistic passes its threshold,
@@ -43,10 +43,10 @@ from minibass.oracle import known_bugs
 
 buggy = oracle.check_sampler(known_bugs.bonus_off_by_one, rows=size(5_000, 50_000))
 print(f"{buggy.subject}: {'PASS' if buggy.ok else 'FAIL'}, {len(buggy.failures())} of {len(buggy.checks)} rows failed")
-tests = [c.name for c in verdict.checks if c.threshold > 0]  # the G-tests (the other rows count impossible events)
+tests = [c.name for c in sampler_verdict.checks if c.threshold > 0]  # the G-tests (the others: impossible events, exact invariants)
 fig, ax = plt.subplots(figsize=(7, 6))
 y = np.arange(len(tests))
-for offset, (label, v) in enumerate([("transformers", verdict), ("bonus_off_by_one (planted)", buggy)]):
+for offset, (label, v) in enumerate([("transformers", sampler_verdict), ("bonus_off_by_one (planted)", buggy)]):
     rows = {c.name: c for c in v.checks}
     ratios = [max(rows[n].statistic / rows[n].threshold, 1e-3) for n in tests]  # 1e-3: a statistic of 0 on a log axis
     ax.barh(y + 0.4 * offset - 0.2, ratios, height=0.4, label=label)
@@ -102,8 +102,8 @@ print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 # (`sampling=minibass.SamplingParams(temperature=0.7, top_k=4, top_p=0.9)`) checks it.
 
 # %%
-verdict = oracle.check_generator(adapters.transformers_generator, samples=size(600, 3_000), n_tokens=4)
-print(verdict)
+generator_verdict = oracle.check_generator(adapters.transformers_generator, samples=size(600, 3_000), n_tokens=4)
+print(generator_verdict)
 
 # %% [markdown]
 # ## Exercise

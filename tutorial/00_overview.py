@@ -28,8 +28,6 @@
 # trained on Python code (`minibass/zoo/demo`).
 
 # %%
-import time
-
 import matplotlib.pyplot as plt
 
 import minibass

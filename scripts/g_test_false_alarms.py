@@ -28,6 +28,8 @@ def pooled(expected: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
     if merge is not None:
         cells[merge] += cells[-1]
         cells = cells[:-1]
+    elif cells[-1] == 0:  # no small cell, so no pooled cell (g_test drops cells that expect 0)
+        cells = cells[:-1]
     return big, cells, merge
 
 
@@ -49,7 +51,7 @@ def main(argv=None):
         counts = np.concatenate([counts[:, big], counts[:, ~big].sum(1, keepdims=True)], 1)
         if merge is not None:
             counts[:, merge] += counts[:, -1]
-            counts = counts[:, :-1]
+        counts = counts[:, :len(cells)]  # the pooled column dropped where it merged or is empty
         with np.errstate(divide="ignore", invalid="ignore"):
             g.append(2 * np.where(counts > 0, counts * np.log(counts / cells), 0).sum(1))
     g = np.concatenate(g)

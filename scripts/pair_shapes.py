@@ -17,7 +17,8 @@ import argparse
 import tempfile
 
 import minibass
-from minibass.bench.common import call_ms, random_llama
+from minibass.bench.common import call_ms, probability, random_llama
+from minibass.draft_length import expected_tokens
 
 
 def main(argv=None):
@@ -25,7 +26,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.76, help="per-token acceptance for the prediction")
+    parser.add_argument("--alpha", type=probability, default=0.76, help="per-token acceptance for the prediction")
     parser.add_argument("--targets", nargs="+", default=["4x256", "8x256", "12x256", "8x320", "12x320"],
                         help="LAYERSxHIDDEN")
     parser.add_argument("--drafts", nargs="+", default=["2x128", "1x192", "1x128", "1x96"])
@@ -40,7 +41,7 @@ def main(argv=None):
             params = sum(p.numel() for p in model.parameters())
             shapes[spec] = (model, params)
     k, alpha = args.k, args.alpha
-    tokens_per_step = (1 - alpha ** (k + 1)) / (1 - alpha)
+    tokens_per_step = expected_tokens(alpha, k)  # k + 1 at alpha = 1
     drafts = {d: call_ms(shapes[d][0], args.batch, args.context, 1) for d in args.drafts}
     print(f"batch {args.batch}, context {args.context}, k = {k}, alpha = {alpha} "
           f"({tokens_per_step:.2f} expected tokens per step); times are medians in ms")

@@ -11,6 +11,7 @@ move between SGLang versions: if one is refused, adapt this file, not the oracle
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from minibass import oracle
@@ -32,6 +33,11 @@ def sglang_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, samplin
 
 
 if __name__ == "__main__":
+    try:
+        importlib.import_module("sglang")  # a missing engine is not a failing engine: say so, not FAIL
+    except ImportError as error:
+        print(f"this recipe needs SGLang and a CUDA GPU ({error})", file=sys.stderr)
+        sys.exit(2)
     # n_tokens above the 3 draft steps, so that the bonus token after 3 accepted drafts is tested
     verdict = oracle.check_generator(sglang_generator, n_tokens=8, head_dim=64, name="sglang Engine + draft model")
     print(verdict)

@@ -14,6 +14,7 @@ versions: if an import or a keyword fails, adapt the adapter below, not the orac
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 
@@ -59,6 +60,13 @@ def vllm_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling,
 
 if __name__ == "__main__":
     kind = sys.argv[1] if len(sys.argv) > 1 else "sampler"
+    if kind not in ("sampler", "generator") or len(sys.argv) > 2:
+        sys.exit(f"usage: python scripts/oracle_vllm.py [sampler|generator]; got {' '.join(sys.argv[1:])!r}")
+    try:
+        importlib.import_module("vllm")  # a missing engine is not a failing engine: say so, not FAIL
+    except ImportError as error:
+        print(f"this recipe needs vLLM and a CUDA GPU ({error})", file=sys.stderr)
+        sys.exit(2)
     if kind == "sampler":
         verdict = oracle.check_sampler(vllm_sampler, name="vllm rejection_sample")
     else:  # vLLM's attention kernels want head_dim 64 or more

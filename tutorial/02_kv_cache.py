@@ -15,7 +15,8 @@
 # Attention at position `i` needs the keys and values of positions `0..i`. They never change once
 # computed, so the decoder keeps them: the **KV cache**, one `[2, B, Hk, C, D]` tensor per layer
 # (keys and values; `B` sequences, `Hk` kv heads, capacity `C`, head dim `D`; with grouped-query
-# attention several query heads share one kv head, so `Hk ≤ H`), plus `lengths [B]`:
+# attention several query heads share one kv head, so `Hk ≤ H`, the number of query heads), plus
+# `lengths [B]`:
 # sequence `b` has `c = lengths[b]` tokens cached (lowercase `c`, at most the capacity `C`).
 # A step then runs the weight matmuls for its `t` new tokens only, not for all `c + t` (attention
 # still reads the `c` cached keys: `O(t (c + t))`).

@@ -37,8 +37,8 @@ for hk in range(Hk):
 #
 # A program cannot hold a whole row of scores (the cache may be long), so it walks the keys in
 # blocks of `BLOCK_N` and keeps three quantities per row (Milakov & Gimelshein 2018; Dao et al.
-# 2022, FlashAttention): the running maximum `m_i`, the running sum `l_i = Σ exp(s − m_i)`, and the
-# running output vector `acc = Σ exp(s − m_i) v` (`D` numbers). When a block raises the maximum, the old sums are
+# 2022, FlashAttention): the running maximum `m_i`, the running sum `l_i = Σ exp(s − m_i)`, and
+# the running output vector `acc = Σ exp(s − m_i) v` (`D` numbers). When a block raises the maximum, the old sums are
 # rescaled by `α = exp(m_old − m_new)`:
 #
 # $$ m' = \max(m, \max_j s_j),\quad l' = \alpha\, l + \sum_j e^{s_j - m'},\quad
@@ -84,7 +84,7 @@ q_lens, kv_lens = torch.tensor([2, 0, 5, 1]), torch.tensor([40, 9, 5, 77])
 k_cache = torch.randn(4, Hk, 96, 32, generator=g)
 v_cache = torch.randn(4, Hk, 96, 32, generator=g)
 for b, n in enumerate(kv_lens.tolist()):
-    k_cache[b, :, n:], v_cache[b, :, n:] = float("nan"), float("nan")
+    k_cache[b, :, n:], v_cache[b, :, n:] = float("nan"), float("inf")
 queries = torch.randn(int(q_lens.sum()), H, 32, generator=g)
 if not triton_available():
     print("Triton is not installed here (it installs on Linux only): the 'ragged' backend cannot run; "
@@ -103,7 +103,7 @@ else:
 
 # %% [markdown]
 # What to see: every query's error is at float32 rounding (around 1e-7) and nothing is NaN, though
-# every stale slot holds NaN: the kernel never reads past `kv_lens`.
+# every stale slot holds NaN (keys) or inf (values): the kernel never reads past `kv_lens`.
 #
 # ## Exercise
 #

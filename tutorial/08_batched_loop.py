@@ -92,7 +92,8 @@ print(f"acceptance rate {run.stats.acceptance_rate:.2f}, mean accepted per step 
 #
 # and return `n`. Wrap each phase in `with timer("draft"):` (and `"verify"`, `"accept"`; step 4,
 # both calls, in `"rollback"`): the four times add up in `stats.time_split`, and the loop hands the
-# draft phase's time to the draft-length policy (the cost-aware one, chapter 09, prices a draft call with it).
+# draft phase's time to the draft-length policy (the cost-aware one, chapter 09, prices a draft
+# call with it).
 # The check runs the real loop with your step: greedy equality with `generate`; with a fixed seed,
 # the same sampled tokens as minibass's own step (built from the same phases, your step draws the
 # same random numbers); all four phases timed; the `n` your step returns against minibass's own

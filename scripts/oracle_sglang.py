@@ -11,7 +11,7 @@ move between SGLang versions: if one is refused, adapt this file, not the oracle
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import sys
 
 from minibass import oracle
@@ -32,12 +32,17 @@ def sglang_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, samplin
         engine.shutdown()
 
 
+EXIT_STATUS = ("exit status: 0 the engine passed the oracle, 1 it failed, 2 a usage error, 3 SGLang or a CUDA GPU "
+               "is missing (nothing was checked)")
+
+
 if __name__ == "__main__":
-    try:
-        importlib.import_module("sglang")  # a missing engine is not a failing engine: say so, not FAIL
-    except ImportError as error:
-        print(f"this recipe needs SGLang and a CUDA GPU ({error})", file=sys.stderr)
-        sys.exit(2)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=EXIT_STATUS).parse_args()
+    missing = oracle.adapters.gpu_engine_missing("sglang")
+    if missing:  # not a failing engine: say so, and check nothing
+        print(f"this recipe needs SGLang and a CUDA GPU ({missing}): nothing was checked", file=sys.stderr)
+        sys.exit(3)
     # n_tokens above the 3 draft steps, so that the bonus token after 3 accepted drafts is tested
     verdict = oracle.check_generator(sglang_generator, n_tokens=8, head_dim=64, name="sglang Engine + draft model")
     print(verdict)

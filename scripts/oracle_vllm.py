@@ -14,7 +14,7 @@ versions: if an import or a keyword fails, adapt the adapter below, not the orac
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import sys
 import types
 
@@ -58,15 +58,19 @@ def vllm_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling,
     return [list(o.outputs[0].token_ids) for o in outputs]
 
 
+EXIT_STATUS = ("exit status: 0 the engine passed the oracle, 1 it failed, 2 a usage error, 3 vLLM or a CUDA GPU "
+               "is missing (nothing was checked)")
+
+
 if __name__ == "__main__":
-    kind = sys.argv[1] if len(sys.argv) > 1 else "sampler"
-    if kind not in ("sampler", "generator") or len(sys.argv) > 2:
-        sys.exit(f"usage: python scripts/oracle_vllm.py [sampler|generator]; got {' '.join(sys.argv[1:])!r}")
-    try:
-        importlib.import_module("vllm")  # a missing engine is not a failing engine: say so, not FAIL
-    except ImportError as error:
-        print(f"this recipe needs vLLM and a CUDA GPU ({error})", file=sys.stderr)
-        sys.exit(2)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=EXIT_STATUS)
+    parser.add_argument("kind", nargs="?", default="sampler", choices=["sampler", "generator"])
+    kind = parser.parse_args().kind
+    missing = oracle.adapters.gpu_engine_missing("vllm")
+    if missing:  # not a failing engine: say so, and check nothing
+        print(f"this recipe needs vLLM and a CUDA GPU ({missing}): nothing was checked", file=sys.stderr)
+        sys.exit(3)
     if kind == "sampler":
         verdict = oracle.check_sampler(vllm_sampler, name="vllm rejection_sample")
     else:  # vLLM's attention kernels want head_dim 64 or more

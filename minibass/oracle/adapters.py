@@ -9,12 +9,13 @@
 * ``minibass_generator``: minibass's own ``speculative_generate``, for comparison.
 
 GPU-only engines (vLLM, SGLang) have recipes in ``docs/oracle.md`` instead: they need CUDA,
-and minibass does not depend on them.
+and minibass does not depend on them. ``gpu_engine_missing`` says why one cannot run here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 
 import torch
@@ -162,3 +163,14 @@ def minibass_generator(target_dir, draft_dir, prompt, n_tokens, n_samples, sampl
     result = minibass.speculative_generate(target, draft, [list(prompt)] * n_samples, n_tokens, sampling=sampling,
                                            draft_length=draft_length, seed=seed, **kwargs)
     return result.tokens
+
+
+def gpu_engine_missing(module: str) -> str | None:
+    """Why a GPU-only engine (``"vllm"``, ``"sglang"``) cannot be checked here: its module does not import, or
+    there is no CUDA device; None where both are present. The recipes in ``scripts/`` exit 3 on it rather than
+    report a failing engine."""
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        return str(error)
+    return None if torch.cuda.is_available() else "no CUDA device"

@@ -42,8 +42,12 @@ def main(argv=None):
     p, q = setups()["top_k"]
     law = np.array(list(exact_events(p, q).values()))
     law /= law.sum()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     big, cells, merge = pooled(law * args.rows)
     dof = len(cells) - 1
+    if dof < 1:  # g_test passes such a sample whatever it holds: there is no false alarm to count
+        parser.error(f"--rows {args.rows}: fewer than 2 cells after pooling, nothing to test")
     williams = 1 + ((args.rows / cells).sum() - 1) / (6 * args.rows * dof)
     rng, g = np.random.default_rng(args.seed), []
     for start in range(0, args.runs, 200_000):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,6 +37,15 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(item, "callspec", None) and item.callspec.params.values()
         if any(isinstance(value, str) and value == "ragged" for value in params or ()):
             item.add_marker(skip)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+
+
+def script(name: str) -> dict:
+    """The globals of ``scripts/NAME.py``, loaded as a module (its ``main`` not run)."""
+    return runpy.run_path(str(SCRIPTS / f"{name}.py"))
+
 
 def hf_tiny(kind: str = "llama", *, seed: int = 0, **overrides):
     """A tiny random transformers model of the given family (float32, eval mode)."""

@@ -5,7 +5,6 @@ models are stand-ins where the code would measure."""
 from __future__ import annotations
 
 import json
-import runpy
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,13 +13,9 @@ import torch
 
 from minibass import costmodel as cm
 from minibass.draft_length import expected_tokens
+from conftest import script
 
-SCRIPTS = Path(__file__).parents[1] / "scripts"
 SHAPE = cm.ModelShape(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100, tied=True)
-
-
-def script(name: str) -> dict:
-    return runpy.run_path(str(SCRIPTS / f"{name}.py"))
 
 
 # --- the cost model ------------------------------------------------------------------------------------------

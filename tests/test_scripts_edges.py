@@ -1,8 +1,9 @@
-"""Edges of the research scripts in scripts/ that no other test file loads, and of the docs site's hook:
-grow_draft.py, pair_shapes.py, course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py,
-oracle_gallery.py, oracle_vllm.py, oracle_sglang.py and docs/hooks.py. Nothing here times anything or needs a GPU,
-vLLM or SGLang: timed calls, subprocesses, CUDA's sync-debug switch and the engines are stand-ins that record what
-the scripts ask of them, and the numbers a script prints are checked against what those stand-ins returned."""
+"""Edges of the research scripts in scripts/ and of the docs site's hook: grow_draft.py, pair_shapes.py,
+course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py, oracle_gallery.py, oracle_vllm.py,
+oracle_sglang.py and docs/hooks.py (grow_draft.py and verify_cost.py also have tests in test_zoo.py and
+test_costmodel.py). Nothing here times anything or needs a GPU, vLLM or SGLang: timed calls, subprocesses, CUDA's
+sync-debug switch and the engines are stand-ins that record what the scripts ask of them, and the numbers a script
+prints are checked against what those stand-ins returned."""
 
 from __future__ import annotations
 
@@ -26,12 +27,7 @@ from minibass.oracle import known_bugs
 from minibass.oracle.verdict import Verdict
 from minibass.sampling import SamplingParams
 
-ROOT = Path(__file__).parents[1]
-SCRIPTS = ROOT / "scripts"
-
-
-def script(name: str) -> dict:
-    return runpy.run_path(str(SCRIPTS / f"{name}.py"))
+from conftest import ROOT, SCRIPTS, hf_tiny, script
 
 
 def run_as_main(path: Path, argv: list[str], monkeypatch) -> object:
@@ -49,8 +45,6 @@ def run_as_main(path: Path, argv: list[str], monkeypatch) -> object:
 def test_grow_draft_copies_the_tokenizer_but_not_the_card_and_writes_float32(tmp_path, capsys):
     """The deeper draft is written in float32 whatever the draft is stored in, with the draft's tokenizer files
     beside it and not its model card (which describes the draft); the message counts the draft's own layers."""
-    from conftest import hf_tiny
-
     hf_tiny("llama", seed=1).to(torch.bfloat16).save_pretrained(tmp_path / "draft")
     files = {"tokenizer.json": "{}", "tokenizer_config.json": "{}", "special_tokens_map.json": "{}",
              "README.md": "the draft's card"}
@@ -72,8 +66,6 @@ def test_grow_leaves_the_given_model_alone_and_numbers_the_new_layer_for_the_cac
     last one but for its two output projections, zero. It has the next layer index, so that transformers' KV cache
     keeps it apart: once the layer is trained (its output projection no longer zero), a cached decode step gives
     the logits of a full forward pass."""
-    from conftest import hf_tiny
-
     model = hf_tiny("llama", seed=2, num_hidden_layers=2)
     grown = script("grow_draft")["grow"](model)
     assert len(model.model.layers) == 2 and model.config.num_hidden_layers == 2
@@ -99,7 +91,7 @@ LINE = re.compile(r"target (\S+) \(([\d.]+) M\): decode ([\d.]+), verify ([\d.]+
                   r"\(([\d.]+) M\): ([\d.]+) = ([\d.]+) of a decode step \| predicted speed-up ([\d.]+)x")
 
 
-def test_pair_shapes_builds_each_shape_once_and_prices_a_step_as_verify_plus_k_drafts(monkeypatch, capsys):
+def test_pair_shapes_builds_each_shape_once_and_prices_a_step_as_verify_plus_k_drafts(capsys):
     """Stand-in timings: each model's call costs its layers x 10 ms plus its hidden size / 100, times 1 + (new - 1)
     / 4. The script builds each LAYERSxHIDDEN shape once (heads of 32, at least 2; half as many KV heads, at least
     1), times target decode (1 token) and verify (k + 1 tokens) and the draft (1 token) at the batch and context
@@ -116,8 +108,12 @@ def test_pair_shapes_builds_each_shape_once_and_prices_a_step_as_verify_plus_k_d
         return (10 * c.num_hidden_layers + c.hidden_size / 100) * (1 + (new - 1) / 4)
 
     ns["main"].__globals__["call_ms"] = call_ms
+    builds, random_llama = [], ns["main"].__globals__["random_llama"]
+    ns["main"].__globals__["random_llama"] = lambda folder, **kw: builds.append(Path(folder).name) or random_llama(
+        folder, **kw)
     ns["main"](["--batch", "3", "--context", "5", "--k", "2", "--alpha", "0.5", "--targets", "2x64", "1x96",
                 "--drafts", "1x64", "1x96"])
+    assert Counter(builds) == {"2x64": 1, "1x96": 1, "1x64": 1}  # 1x96, both a target and a draft, built once
     out = capsys.readouterr().out.splitlines()
     assert built["2x64"][:2] == (2, 1) and built["1x96"][:2] == (3, 1) and built["1x64"][:2] == (2, 1)
     assert {c[1:3] for c in calls} == {(3, 5)}
@@ -142,7 +138,7 @@ def test_pair_shapes_builds_each_shape_once_and_prices_a_step_as_verify_plus_k_d
         assert float(speedup) == pytest.approx(expected_tokens(0.5, 2) * ms(t, 1) / step, abs=0.005)
 
 
-def test_pair_shapes_takes_a_draft_the_target_always_accepts(monkeypatch, capsys):
+def test_pair_shapes_takes_a_draft_the_target_always_accepts(capsys):
     """At alpha = 1 (a draft that is always accepted) a step emits k + 1 tokens; the prediction is printed."""
     ns = script("pair_shapes")
     ns["main"].__globals__["call_ms"] = lambda model, batch, context, new: float(new)
@@ -170,7 +166,7 @@ def test_course_times_describes_every_chapter_as_the_committed_table_does():
         cells = [c.strip() for c in line.split("|")[1:-1]]
         if cells and re.fullmatch(r"\d\d", cells[0]):
             table[cells[0]] = (cells[1], cells[2].strip("`"), cells[3])
-    assert len(table) == len(chapters()) == 12
+    assert len(table) == len(chapters())
     for path in chapters():
         assert describe(path) == table[path.stem[:2]], path.name
 
@@ -298,6 +294,17 @@ def test_g_test_false_alarms_pools_as_g_test_does_when_no_cell_is_small(capsys):
                                                        f"factor {williams:.4f}")
 
 
+@pytest.mark.parametrize("argv,says", [(["--rows", "10"], "--rows 10: fewer than 2 cells after pooling"),
+                                       (["--rows", "0"], "--rows 0: fewer than 2 cells after pooling"),
+                                       (["--runs", "0"], "--runs must be at least 1")])
+def test_g_test_false_alarms_refuses_a_sample_with_nothing_to_test(capsys, argv, says):
+    """A sample that pools into one cell has no degrees of freedom (g_test passes it whatever it holds), and no run
+    has no rate: usage errors, not an infinite Williams' factor or a crash."""
+    with pytest.raises(SystemExit) as exit_status:
+        script("g_test_false_alarms")["main"](argv)
+    assert exit_status.value.code == 2 and says in capsys.readouterr().err
+
+
 # --- gpu_sync_check.py -------------------------------------------------------------------------------------------
 
 class _SyncSpy:
@@ -381,7 +388,6 @@ def test_verify_cost_prints_the_median_round_and_what_each_added_token_costs(sav
     token count: the time, the time over the 1-token call's, the roofline's ratio with fp32 weights, the
     intensity; past 1 token, the added ms per added token per sequence and the FLOP rate of the added work ('-'
     where the added tokens cost nothing). The options reach the timed calls and torch's thread count."""
-    from conftest import hf_tiny
     from transformers import AutoConfig
 
     folder = save_hf(hf_tiny())
@@ -431,7 +437,7 @@ def test_verify_cost_prints_the_median_round_and_what_each_added_token_costs(sav
 
 # --- oracle_gallery.py -------------------------------------------------------------------------------------------
 
-def test_oracle_gallery_tabulates_each_bugs_verdict_at_the_rows_asked(monkeypatch, capsys):
+def test_oracle_gallery_tabulates_each_bugs_verdict_at_the_rows_asked(capsys):
     """The table's rows against the bugs' own verdicts at the same rows: the checks failed, the rows with impossible
     events summed over the setups, and the failed G-test (joint, marginal or length) with the largest statistic
     over threshold."""
@@ -660,29 +666,52 @@ def test_the_engine_recipes_run_the_check_asked_and_exit_by_its_verdict(monkeypa
         seen = _spy_checks(monkeypatch, ok)
         _fake_module(monkeypatch, "vllm")
         _fake_module(monkeypatch, "sglang")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         assert run_as_main(path, argv, monkeypatch) == (0 if ok else 1)
         assert list(seen) == [kind]
         assert {k: v for k, v in seen[kind].items() if k != "name"} == dict(fn=fn, **extra)
         assert f"{kind}: {'PASS' if ok else 'FAIL'}" in capsys.readouterr().out
 
 
-def test_oracle_vllm_refuses_an_unknown_kind(monkeypatch, capsys):
+@pytest.mark.parametrize("name,argv", [("oracle_vllm", ["samplr"]), ("oracle_vllm", ["sampler", "generator"]),
+                                       ("oracle_sglang", ["generator"])])
+def test_an_engine_recipe_refuses_an_unknown_argument_with_a_usage_error_and_checks_nothing(monkeypatch, capsys,
+                                                                                             name, argv):
     seen = _spy_checks(monkeypatch, True)
     _fake_module(monkeypatch, "vllm")
-    for argv in (["--help"], ["samplr"], ["sampler", "generator"]):
-        assert "usage: python scripts/oracle_vllm.py [sampler|generator]" in run_as_main(
-            SCRIPTS / "oracle_vllm.py", argv, monkeypatch)
+    _fake_module(monkeypatch, "sglang")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert run_as_main(SCRIPTS / f"{name}.py", argv, monkeypatch) == 2
+    assert "usage:" in capsys.readouterr().err
+    assert seen == {}
+
+
+@pytest.mark.parametrize("name", ["oracle_vllm", "oracle_sglang"])
+def test_an_engine_recipes_help_names_every_exit_status(monkeypatch, capsys, name):
+    seen = _spy_checks(monkeypatch, True)
+    assert run_as_main(SCRIPTS / f"{name}.py", ["--help"], monkeypatch) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "0 the engine passed the oracle, 1 it failed, 2 a usage error, 3" in help_text
     assert seen == {}
 
 
 @pytest.mark.parametrize("name,engine,argv", [("oracle_vllm", "vllm", ["generator"]), ("oracle_vllm", "vllm", []),
                                               ("oracle_sglang", "sglang", [])])
-def test_an_engine_recipe_without_its_engine_says_so_and_exits_2_not_1(monkeypatch, capsys, name, engine, argv):
-    """Exit 1 means the engine failed the oracle; a missing engine is another answer, and checks nothing."""
+@pytest.mark.parametrize("missing", ["engine", "gpu"])
+def test_an_engine_recipe_without_its_engine_or_a_gpu_says_so_and_exits_3_not_1(monkeypatch, capsys, name, engine,
+                                                                                argv, missing):
+    """Exit 1 means the engine failed the oracle; a missing engine or GPU is another answer, and checks nothing."""
     seen = _spy_checks(monkeypatch, True)
-    monkeypatch.setitem(sys.modules, engine, None)  # absent, even where it is installed
-    assert run_as_main(SCRIPTS / f"{name}.py", argv, monkeypatch) == 2
-    assert f"needs {dict(vllm='vLLM', sglang='SGLang')[engine]} and a CUDA GPU" in capsys.readouterr().err
+    if missing == "engine":
+        monkeypatch.setitem(sys.modules, engine, None)  # absent, even where it is installed
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    else:
+        _fake_module(monkeypatch, engine)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert run_as_main(SCRIPTS / f"{name}.py", argv, monkeypatch) == 3
+    err = capsys.readouterr().err
+    assert f"needs {dict(vllm='vLLM', sglang='SGLang')[engine]} and a CUDA GPU" in err
+    assert (engine if missing == "engine" else "no CUDA device") in err and "nothing was checked" in err
     assert seen == {}
 
 
@@ -707,11 +736,13 @@ def test_the_docs_hook_points_every_plot_link_at_its_copy_and_leaves_other_menti
     """In docs/benchmarks.md every image link into ../bench_results/ is pointed at bench/ (where the plot was
     copied); mentions of bench_results/ that are not links stay as written."""
     hooks = runpy.run_path(str(ROOT / "docs" / "hooks.py"))
+    page = ("![a](../bench_results/a-cpu.png) then ![b](../bench_results/b-cuda.png)\n"
+            "from `bench_results/a-cpu.json`, see bench_results/ and [the folder](../bench_results)\n")
+    assert hooks["on_page_markdown"](page, page=None, config={}, files=None) == (
+        "![a](bench/a-cpu.png) then ![b](bench/b-cuda.png)\n"
+        "from `bench_results/a-cpu.json`, see bench_results/ and [the folder](../bench_results)\n")
+    # The real page: every plot it links exists, and no link into ../bench_results/ is left for the site.
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     links = re.findall(r"\]\(\.\./bench_results/([^)]+)\)", text)
-    assert len(links) >= 4
-    page = hooks["on_page_markdown"](text, page=None, config={}, files=None)
-    assert "../bench_results/" not in page
-    assert re.findall(r"\]\(bench/([^)]+)\)", page) == links
     assert all((ROOT / "bench_results" / name).is_file() for name in links)
-    assert page.count("`bench_results/") == text.count("`bench_results/") > 0
+    assert "../bench_results/" not in hooks["on_page_markdown"](text, page=None, config={}, files=None)

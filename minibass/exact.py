@@ -15,7 +15,8 @@ two is ~1e-16 for every pair of models; the tests check it for hypothesis-genera
 
 The statement above proves the algorithm, not minibass's code for it. ``step_law`` and
 ``one_step_distribution`` enumerate the code itself: the exact law of what a rejection step with
-its uniforms given (``rejection.accept_and_resample``, or any function of its signature) emits,
+its uniforms given (``rejection.accept_and_resample`` through ``shipped_step``, which passes all its
+uniforms as one tensor, or any step in that form) emits,
 read off the function by locating, to float64 resolution, the values of the uniforms where its
 output changes. With the target's own sampling after the step, that law must again be the target's.
 

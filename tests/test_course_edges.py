@@ -339,6 +339,20 @@ def test_execute_keeps_each_cells_output_and_its_own_plot(chapter, tmp_path):
     assert course_execute.up_to_date(chapter, out)
 
 
+def test_execute_does_not_take_a_figure_the_caller_left_open_for_the_chapters(chapter, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.figure()  # e.g. another test's, in the same process
+    notebook = course_execute.execute(chapter, tmp_path / "docs" / "00_demo.ipynb")
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert [o.output_type for o in code[0].outputs] == ["stream"]
+    assert [o.output_type for o in code[1].outputs] == ["display_data"]
+    assert plt.get_fignums() == []
+
+
 def test_execute_stops_at_a_cell_that_raises_and_names_it(chapter, tmp_path):
     chapter.write_text("# %%\nprint('first')\n\n# %%\nprint('partial')\nx = 1 / 0\n\n# %%\nprint('never')\n")
     out = tmp_path / "docs" / "00_demo.ipynb"

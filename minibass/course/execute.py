@@ -32,7 +32,10 @@ class ChapterError(RuntimeError):
 
 
 def execute(source: Path, out: Path | None = None):
-    """Runs ``source`` cell by cell (cwd: its folder) and returns the notebook with outputs; writes it to ``out``."""
+    """Runs ``source`` cell by cell (cwd: its folder) and returns the notebook with outputs; writes it to ``out``.
+
+    Figures open before it starts are closed first: a chapter starts as in a fresh kernel, and a figure
+    left open by the caller would otherwise show as the first cell's plot (or take the chapter's drawing)."""
     import jupytext
     import matplotlib
 
@@ -41,6 +44,7 @@ def execute(source: Path, out: Path | None = None):
     import nbformat
 
     source = Path(source).resolve()
+    plt.close("all")
     threads = torch.get_num_threads()  # recorded with the outputs: timings depend on it (``up_to_date``)
     notebook = jupytext.reads(source.read_text(), fmt="py:percent")
     namespace = {"__name__": "__main__", "__file__": str(source)}

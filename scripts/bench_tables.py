@@ -1,4 +1,4 @@
-"""Prints the README's benchmark tables (markdown) from the committed JSON in bench_results/.
+"""Prints the benchmark tables of docs/benchmarks.md (markdown) from the committed JSON in bench_results/.
 
     python scripts/bench_tables.py [--device cpu]
 """

@@ -8,8 +8,8 @@
   as a ``check_generator`` engine.
 * ``minibass_generator``: minibass's own ``speculative_generate``, for comparison.
 
-GPU-only engines (vLLM, SGLang) have recipes in ``docs/oracle.md`` instead: they need CUDA,
-and minibass does not depend on them. ``gpu_engine_missing`` says why one cannot run here.
+GPU-only engines (vLLM, SGLang) have recipes in ``scripts/`` instead (described in ``docs/oracle.md``):
+they need CUDA, and minibass does not depend on them. ``gpu_engine_missing`` says why one cannot run here.
 """
 
 from __future__ import annotations

@@ -574,3 +574,19 @@ def test_the_peers_and_policies_tables_judge_every_method_and_mark_the_best_fixe
     lines = tables["policies_table"](policies_payload).splitlines()
     assert lines[2] == "| 4 | 3 | 1.20x | **1.40x** | 1.50x |"
     assert lines[-1].endswith("batch 4: regular 2.00 ms, draft 0.10, verify of 5 1.50.")
+
+
+@pytest.mark.parametrize("name", ["attention", "speculative", "peers", "policies"])
+def test_a_benchmarks_plot_is_written_from_its_committed_json_and_its_figure_closed(name, tmp_path):
+    import importlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    payload = json.loads((ROOT / "bench_results" / f"{name}-cpu.json").read_text())
+    path = importlib.import_module(f"minibass.bench.{name}").make_plot(payload, tmp_path / f"{name}.png")
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plt.get_fignums() == []

@@ -148,6 +148,7 @@ def make_plot(payload, path):
     fig.suptitle(f"ragged attention on {payload['provenance']['device']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
     return path
 
 

@@ -139,6 +139,7 @@ def make_plot(payload, path):
     fig.suptitle(f"demo pair on {payload['provenance']['device']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
     return path
 
 

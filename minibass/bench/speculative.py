@@ -160,6 +160,7 @@ def make_plot(payload, path):
     fig.suptitle(f"{payload['pair']} on {payload['provenance']['device']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
     return path
 
 

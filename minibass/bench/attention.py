@@ -23,7 +23,7 @@ import statistics
 import torch
 
 from minibass.attention import BACKENDS, cost, triton_available
-from .common import Parser, parse, positive_int, provenance, pyplot, result_path, timed, write_json
+from .common import Parser, parse, positive_int, provenance, pyplot, result_path, save_plot, timed, write_json
 
 CPU_SHAPE = dict(n_heads=8, n_kv_heads=8, head_dim=64, mean_kv=256, dtype=torch.float32)
 GPU_SHAPE = dict(n_heads=32, n_kv_heads=32, head_dim=128, mean_kv=2048, dtype=torch.float16)  # Llama-7B
@@ -146,10 +146,7 @@ def make_plot(payload, path):
     axes[0][0].set_ylabel(f"ms per layer ({q} new tokens / sequence)")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"ragged attention on {payload['provenance']['device']}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
-    return path
+    return save_plot(fig, path)
 
 
 def main(argv=None):

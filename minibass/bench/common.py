@@ -270,3 +270,12 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_plot(fig, path):
+    """Lays ``fig`` out, writes it to ``path`` and closes it (a notebook or another long-lived process would
+    otherwise keep every figure open, and show it again); returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path

@@ -23,7 +23,7 @@ import torch
 import minibass
 from minibass.draft_length import parse_draft_length
 from minibass import zoo
-from .common import Parser, parse, positive_int, provenance, pyplot, result_path, timed, write_json
+from .common import Parser, parse, positive_int, provenance, pyplot, result_path, save_plot, timed, write_json
 
 METHODS = ["hf_generate", "hf_assisted", "mb_generate", "mb_speculative"]
 
@@ -137,10 +137,7 @@ def make_plot(payload, path):
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"demo pair on {payload['provenance']['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
-    return path
+    return save_plot(fig, path)
 
 
 def main(argv=None):

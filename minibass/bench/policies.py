@@ -38,7 +38,8 @@ import minibass
 from minibass.draft_length import (BassDynamicDraftLength, CostAwareDraftLength, FixedDraftLength,
                                    PerSequenceDynamicDraftLength, make_policy, parse_draft_length)
 from minibass.generate import IDLE
-from .common import Parser, call_costs, parse, positive_int, probability, provenance, pyplot, result_path, write_json
+from .common import (Parser, call_costs, parse, positive_int, probability, provenance, pyplot, result_path,
+                     save_plot, write_json)
 
 
 def agreement_runs(target, draft, prompts: list[list[int]], new_tokens: int, k_max: int) -> list[list[int]]:
@@ -241,10 +242,7 @@ def make_plot(payload, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.suptitle(f"{payload['pair']} on {payload['provenance']['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
-    return path
+    return save_plot(fig, path)
 
 
 def main(argv=None):

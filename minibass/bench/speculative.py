@@ -25,7 +25,7 @@ import torch
 import minibass
 from minibass.draft_length import parse_draft_length
 from .common import (Parser, forward_clock, parse, positive_int, provenance, pyplot, random_llama, rate_text,
-                     result_path, timed, write_json)
+                     result_path, save_plot, timed, write_json)
 
 
 def load_pair(device, dtype):
@@ -158,10 +158,7 @@ def make_plot(payload, path):
     axes[0][0].set_ylabel("speed-up over regular decoding")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"{payload['pair']} on {payload['provenance']['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)  # a long-lived process (a notebook) would keep every figure open
-    return path
+    return save_plot(fig, path)
 
 
 def main(argv=None):

@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(config, items):
         if any(isinstance(value, str) and value == "ragged" for value in params or ()):
             item.add_marker(skip)
 
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 

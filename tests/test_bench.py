@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import runpy
 from pathlib import Path
 
 import pytest
 
 from minibass.bench import __main__ as bench_cli
 from minibass.bench import common
+from conftest import ROOT, script as load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def usage_error(argv, capsys) -> str:
@@ -122,7 +121,7 @@ def test_a_small_run_records_its_own_command_and_stays_out_of_the_committed_resu
 def test_the_benchmark_page_shows_the_tables_of_the_committed_json():
     """Every table ``scripts/bench_tables.py`` renders from bench_results/*-cpu.json is on the page
     (the speculative one for ``padded``, the CPU's default, as the page says)."""
-    script = runpy.run_path(str(ROOT / "scripts" / "bench_tables.py"))
+    script = load_script("bench_tables")
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     tables = {name: script["load"](name, "cpu") for name in ("decode", "attention", "speculative", "peers", "policies")}
     rendered = [script["decode_table"](tables["decode"]), script["attention_table"](tables["attention"]),

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import json
 import platform
-import runpy
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +21,9 @@ from minibass import zoo
 from minibass.bench import attention, common, decode, peers, policies, speculative
 from minibass.bench.policies import CallCosts, compare, iid_runs, measure_costs, replay
 from minibass.draft_length import parse_draft_length
+from conftest import ROOT, script
 from test_bench import usage_error
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -541,7 +540,7 @@ def test_policies_takes_an_iid_acceptance_of_zero_or_one(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tables():
-    return runpy.run_path(str(ROOT / "scripts" / "bench_tables.py"))
+    return script("bench_tables")
 
 
 def test_the_lines_under_the_tables_are_on_the_benchmark_page_too(tables):

@@ -136,13 +136,10 @@ def test_measure_cpu_gives_positive_finite_numbers():
 
 def test_verify_cost_script_prints_one_row_per_token_count(save_hf, capsys):
     """scripts/verify_cost.py on a tiny checkpoint: one row per token count, the 1-token call as 1.00."""
-    import runpy
-    from pathlib import Path
-
-    from conftest import hf_tiny
+    from conftest import hf_tiny, script as load_script
 
     folder = save_hf(hf_tiny())
-    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "verify_cost.py"))
+    script = load_script("verify_cost")
     script["main"](["--target", str(folder), "--batch", "2", "--tokens", "1", "3", "--rounds", "1", "--reps", "1"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["1"], ["3"])]
     assert [row[0] for row in rows] == ["1", "3"]

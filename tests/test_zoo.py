@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 import minibass
 from minibass import zoo
 from minibass.loading import hf_dtype
+from conftest import script as load_script
 
 FP32_TOL = 1e-4
 
@@ -455,7 +455,7 @@ def test_auto_constants_script_scores_against_the_best_fixed_length(tmp_path, ca
     the best fixed k itself, below 1 for a worse one; and it prints a row per (pull, memory, costs)."""
     from minibass.bench.policies import CallCosts, iid_runs
 
-    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_constants.py"))
+    script = load_script("auto_constants")
     runs, new_tokens, k_max = iid_runs(0.8, 16, 24, 16), 24, 16
     costs_ms = {"1": {"regular": 5.0, "draft": 0.5, "verify5": 6.0}, "16": {"regular": 8.0, "draft": 0.6, "verify5": 12.0}}
     costs = script["cost_models"](costs_ms)["measured"]
@@ -474,7 +474,7 @@ def test_auto_vs_best_chooses_the_best_length_on_other_rounds_than_it_measures()
     """scripts/auto_vs_best.py: four rounds, regular 1 s each. k = 2 is fast on rounds 1 and 3, k = 3 on rounds 2
     and 4, `auto` in between: in hindsight the best k is whichever median is larger; held out, the k chosen on
     rounds 1 and 3 (k = 2) is measured on rounds 2 and 4, where it is slow, and the other way round."""
-    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "auto_vs_best.py"))
+    script = load_script("auto_vs_best")
     seconds = {"regular": [1.0] * 4, "1": [1.0] * 4, "2": [0.5, 1.0, 0.5, 1.0], "3": [1.0, 0.4, 1.0, 0.4],
                "4": [2.0] * 4, "auto": [0.8] * 4}
     result = script["compare"](seconds)
@@ -562,7 +562,7 @@ def test_pair_acceptance_script_measures_drafts_against_the_target(tmp_path):
 
     a = tmp_path / "a"
     train.main(["--out", str(a), "--fast"])
-    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "pair_acceptance.py"))
+    script = load_script("pair_acceptance")
     out = tmp_path / "acceptance.json"
     script["main"](["--target", str(a / "target"), "--draft", str(a / "target"), str(a / "draft"),
                     "--seeds", "2", "--rounds", "3", "--batch", "2", "--out", str(out)])
@@ -609,7 +609,7 @@ def test_grow_draft_adds_a_layer_that_changes_nothing_until_trained(tmp_path, bi
             if name.endswith(".bias"):
                 parameter.normal_(0, 0.1)
     model.save_pretrained(tmp_path / "draft")
-    script = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "grow_draft.py"))
+    script = load_script("grow_draft")
     script["main"](["--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "grown")])
     small = minibass.load_model(tmp_path / "draft", dtype=torch.float64)
     grown = minibass.load_model(tmp_path / "grown", dtype=torch.float64)

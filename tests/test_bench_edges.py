@@ -579,11 +579,7 @@ def test_the_peers_and_policies_tables_judge_every_method_and_mark_the_best_fixe
 def test_a_benchmarks_plot_is_written_from_its_committed_json_and_its_figure_closed(name, tmp_path):
     import importlib
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     plt.close("all")
     payload = json.loads((ROOT / "bench_results" / f"{name}-cpu.json").read_text())
     path = importlib.import_module(f"minibass.bench.{name}").make_plot(payload, tmp_path / f"{name}.png")

@@ -340,11 +340,9 @@ def test_execute_keeps_each_cells_output_and_its_own_plot(chapter, tmp_path):
 
 
 def test_execute_does_not_take_a_figure_the_caller_left_open_for_the_chapters(chapter, tmp_path):
-    import matplotlib
+    from minibass.bench.common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     plt.figure()  # e.g. another test's, in the same process
     notebook = course_execute.execute(chapter, tmp_path / "docs" / "00_demo.ipynb")
     code = [c for c in notebook.cells if c.cell_type == "code"]

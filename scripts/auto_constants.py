@@ -1,6 +1,6 @@
 """How `auto`'s constants hold up on other prompt sets and other cost ratios, replayed without timing.
 
-    python scripts/auto_constants.py [--pulls 2 6 10 15] [--memories 0.9] [--orders 6]
+    python scripts/auto_constants.py [--pulls 2 6 10 15] [--memories 0.9] [--orders 6] [--in-steps]
 
 ``make demo`` decodes one set of prompts (the first 8 held-out ones, 16 at batch 16), so a policy
 tuned on the mean over all prompts can still trail the best fixed k on the demo's own batch. This
@@ -15,8 +15,11 @@ greedy agreement runs and call costs committed in ``bench_results/policies-cpu.j
   steeper);
 
 and prints, at batch 1, 4, 8 and 16, the worst and the mean over prompt sets of `auto`'s speed-up
-divided by the best fixed k's (k = 1 to 6) on the same prompts and costs. Nothing is timed: the
-numbers are deterministic for a given JSON file.
+divided by the best fixed k's (k = 1 to 6) on the same prompts and costs. With ``--in-steps`` each
+cell is instead how many steps of that best k per batch `auto` takes longer, the most and the mean
+over prompt sets (negative where `auto` is ahead): a call of 48 tokens at batch 8 is about 20 steps,
+so a step there is about 5 % of the call. Nothing is timed: the numbers are deterministic for a
+given JSON file.
 """
 
 from __future__ import annotations
@@ -52,13 +55,31 @@ def relative_speed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch
     return min(seconds(lambda: k) for k in FIXED) / seconds(make_policy)
 
 
+def steps_behind(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> float:
+    """How much longer `auto` takes than the best fixed k on these sequences in batches of ``batch``, in steps of
+    that k per batch: a call of 48 tokens is a few dozen steps, so one step is a few percent of it."""
+    groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
+
+    def replayed(make):  # (seconds, steps) over all the batches, a new policy for each
+        results = [replay(make(), g, new_tokens, costs, k_max) for g in groups]
+        return sum(r["seconds"] for r in results), sum(r["steps"] for r in results)
+
+    best_seconds, best_steps = min((replayed(lambda: k) for k in FIXED), key=lambda r: r[0])
+    return (replayed(make_policy)[0] - best_seconds) / (best_seconds / best_steps) / len(groups)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default="bench_results/policies-cpu.json")
     parser.add_argument("--pulls", type=float, nargs="+", default=[2, 6, 10, 15])
     parser.add_argument("--memories", type=float, nargs="+", default=[0.9])
     parser.add_argument("--orders", type=int, default=6, help="prompt sets: the demo's, then shuffles (default 6)")
+    parser.add_argument("--in-steps", action="store_true",
+                        help="how many steps of the best fixed k auto takes longer, instead of the ratio of speeds")
     args = parser.parse_args(argv)
+    # A cell: the worst over prompt sets, then the mean. For a ratio of speeds the worst is the lowest; for
+    # steps behind, the most.
+    measure, worst_of, form = ((steps_behind, max, "{:+.2f}") if args.in_steps else (relative_speed, min, "{:.3f}"))
     payload = json.load(open(args.json))
     runs, new_tokens, k_max = payload["runs"], payload["new_tokens"], payload["k_max"]
     if len(runs) < max(BATCH_SIZES):  # each prompt set must fill a whole batch at every batch size
@@ -67,7 +88,8 @@ def main(argv=None):
     rng = random.Random(0)
     orders = [list(range(len(runs)))] + [rng.sample(range(len(runs)), len(runs)) for _ in range(args.orders - 1)]
     print(f"{args.json} ({payload['provenance']['date']}): {len(runs)} sequences, {new_tokens} tokens; "
-          f"auto / best fixed k, worst and mean over {len(orders)} prompt sets (the first: the demo's)")
+          f"{'steps of the best fixed k that auto takes longer' if args.in_steps else 'auto / best fixed k'}, "
+          f"worst and mean over {len(orders)} prompt sets (the first: the demo's)")
     models = cost_models(payload["costs_ms"])
     print(f"{'pull':>5} {'memory':>6}  {'costs':<18} " + "  ".join(f"{'batch ' + str(b):>13}" for b in BATCH_SIZES)
           + "  worst")
@@ -80,12 +102,12 @@ def main(argv=None):
                 cells = []
                 for batch in BATCH_SIZES:
                     size = 16 if batch == 16 else 8
-                    ratios = [relative_speed(make_policy, [runs[i] for i in order[:size]], new_tokens, k_max,
-                                             costs, batch) for order in orders]
-                    worst.append(min(ratios))
-                    cells.append(f"{min(ratios):.3f}/{statistics.mean(ratios):.3f}")
+                    values = [measure(make_policy, [runs[i] for i in order[:size]], new_tokens, k_max, costs, batch)
+                              for order in orders]
+                    worst.append(worst_of(values))
+                    cells.append(f"{form.format(worst_of(values))}/{form.format(statistics.mean(values))}")
                 print(f"{pull:>5g} {memory:>6g}  {name:<18} " + "  ".join(f"{c:>13}" for c in cells))
-            print(f"{'':>5} {'':>6}  {'':<18} {'':>60}  {min(worst):.3f}")
+            print(f"{'':>5} {'':>6}  {'':<18} {'':>60}  {form.format(worst_of(worst))}")
 
 
 if __name__ == "__main__":

@@ -236,6 +236,36 @@ def test_auto_constants_main_starts_with_the_demos_prompts_and_reports_the_worst
     assert lines[-1].split() == ["0.500"]
 
 
+def test_auto_constants_counts_steps_behind_in_the_best_fixed_lengths_steps_per_batch():
+    """Every draft token accepted, 24 tokens, a step of k costs 5 + 0.75 k ms (verify 5 + 0.25 k, k draft calls of
+    0.5): k = 5 takes 4 steps of 8.75 ms (35 ms; k = 6 ties, with 3 steps of 9.5 and a last one capped to 2 drafts),
+    k = 3 takes 6 steps of 7.25 ms (43.5 ms), so a policy drafting 3 is 8.5 / 8.75 steps behind, for each of the two
+    batches of one sequence; and a policy that drafts the best length is 0 behind."""
+    from minibass.bench.policies import CallCosts
+
+    steps_behind = script("auto_constants")["steps_behind"]
+    costs = CallCosts({1: {"regular": 5e-3, "draft": 0.5e-3, "verify5": 6e-3}})
+    runs = [[99] * 24, [99] * 24]
+    assert steps_behind(lambda: 3, runs, 24, 16, costs, 1) == pytest.approx(8.5 / 8.75)
+    assert steps_behind(lambda: 5, runs, 24, 16, costs, 1) == pytest.approx(0, abs=1e-12)
+
+
+def test_auto_constants_in_steps_reports_the_most_steps_behind_as_the_worst(tmp_path, capsys, monkeypatch):
+    ns = script("auto_constants")
+    runs = [[i] for i in range(20)]
+    monkeypatch.setitem(ns["main"].__globals__, "steps_behind",
+                        lambda make_policy, subset, *args: 1.5 if subset == runs[:len(subset)] else -0.5)
+    payload = {"provenance": {"date": "today"}, "runs": runs, "new_tokens": 24, "k_max": 16,
+               "costs_ms": {"1": {"regular": 5.0, "draft": 0.5, "verify5": 6.0}}}
+    (tmp_path / "p.json").write_text(json.dumps(payload))
+    ns["main"](["--json", str(tmp_path / "p.json"), "--pulls", "6", "--orders", "3", "--in-steps"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "steps of the best fixed k" in lines[0]
+    rows = [line for line in lines if "measured" in line or "verify slope" in line]
+    assert len(rows) == 3 and all(row.split()[-4:] == ["+1.50/+0.17"] * 4 for row in rows)
+    assert lines[-1].split() == ["+1.50"]
+
+
 def test_auto_constants_refuses_a_policies_run_too_small_to_fill_a_batch_of_16(tmp_path, capsys):
     payload = {"provenance": {"date": "today"}, "runs": [[2] * 24] * 8, "new_tokens": 24, "k_max": 16,
                "costs_ms": {"1": {"regular": 5.0, "draft": 0.5, "verify5": 6.0}}}

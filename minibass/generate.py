@@ -67,7 +67,8 @@ class GenerationStats:
     when every prompt is one token) and the draft's catch-up included.
     draft_lengths: the draft length used at each step (the most any sequence drafted).
     accepted: ``[step][sequence]``, the draft tokens each sequence accepted, ``IDLE`` (-1) where a
-    sequence did no work (finished, or its budget was spent).
+    sequence had already finished (``max_new_tokens`` or EOS); 0 in a step where its budget left room
+    for the target's token only (``proposed`` is 0 there too).
     proposed: ``[step][sequence]``, the draft tokens each sequence proposed (its own length under
     "per-sequence"; 0 where its budget left room for the target's token only), ``IDLE`` where idle.
     proposed_tokens, accepted_tokens: draft tokens proposed and accepted, over active sequences,

@@ -250,8 +250,13 @@ def _device(device) -> torch.device:
 def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.device | str | None = None) -> Decoder:
     """Loads a local Llama / Mistral / Qwen2 checkpoint folder into minibass's decoder.
 
-    path: folder with ``config.json`` and ``model.safetensors`` (or a sharded index).
+    path: folder with ``config.json`` and safetensors weights: ``model.safetensors``, a sharded index, or
+    any ``*.safetensors`` files. The decoder's ``max_seq_len`` is the config's ``max_position_embeddings``
+    (a smaller sliding window caps it, with a warning).
     dtype: parameter dtype (a torch dtype or its name, e.g. "bfloat16"), default float32. device: default CPU.
+    Raises ``FileNotFoundError`` for a missing folder, ``config.json`` or safetensors weights (pickled weights
+    are never unpickled), and ``ValueError`` for an architecture or config minibass does not load, or
+    weights whose names or shapes do not match the config.
     """
     folder = Path(path)
     if folder.is_file():

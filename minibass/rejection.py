@@ -70,6 +70,9 @@ def accept_and_resample(draft_tokens: Tensor, draft_probs: Tensor, target_probs:
                         *, normalise: bool = False) -> tuple[Tensor, Tensor]:
     """The rejection step with its uniforms given: u_accept [B, k], u_next [B] in [0, 1).
 
+    draft_tokens: long [B, k]; draft_probs: [B, k, V]; target_probs: [B, k + 1, V], as for
+    ``rejection_sample``, which checks them; this function does not (the loop calls it every step).
+
     draft_lens: optional long [B], row b drafted only its first draft_lens[b] <= k tokens (the
     rest is padding): those rows stop there, and their bonus token comes from
     target_probs[b, draft_lens[b]] — the speculative loop uses this for per-sequence lengths.
@@ -122,7 +125,8 @@ def row_totals(probs: Tensor) -> Tensor:
 
 def rejection_sample(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, *,
                      generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """Batched speculative rejection sampling (see the module docstring for the math).
+    """Batched speculative rejection sampling (the rule and why it is exact: the module docstring, shown
+    above it on the API page).
 
     draft_tokens: long [B, k]; draft_probs: [B, k, V] (the distributions the drafts were sampled
     from, after warping); target_probs: [B, k+1, V] (the target's warped distributions).

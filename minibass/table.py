@@ -31,7 +31,13 @@ class TableCache:
 
 
 class TableLM:
-    """table: float [period, (V + 1) ** order, V] of logits (-inf allowed, not a whole row)."""
+    """A causal LM whose next-token logits are looked up: ``table[position % period, code(last order tokens)]``.
+
+    table: float [period, (V + 1) ** order, V] of logits (-inf allowed, not a whole row); positions before the
+    start of a sequence read as a virtual token V, so the context code ranges over (V + 1) ** order values,
+    and order=0 gives a position-only model. max_seq_len: the longest sequence ``forward`` accepts (default:
+    unbounded). ``from_probs`` builds one from probabilities.
+    """
 
     def __init__(self, table: Tensor, *, order: int, max_seq_len: int | None = None):
         table = torch.as_tensor(table, dtype=torch.float64)

@@ -337,7 +337,7 @@ def test_the_prompts_written_with_the_pair_come_from_held_out_files(two_part_run
         assert prompt["text"] == "\n".join(lines[prompt["line"] - 1:prompt["line"] + 1]) + "\n"
         assert lines[prompt["line"] - 1].lstrip().startswith("def ")
     card = (out / "draft" / "README.md").read_text()
-    assert "(2 prompts of 8 tokens from 1 held-out file, 8 new tokens)" in card
+    assert "(2 prompts of 8 tokens from 1 held-out file, 8 new tokens, seed 0, the saved bfloat16 weights)" in card
 
 
 def test_metrics_name_the_part_that_finished_the_run(two_part_run):

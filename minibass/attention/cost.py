@@ -15,8 +15,9 @@ What each strategy computes:
                    partial tiles is computed and masked (counted here at tile granularity,
                    with the kernel's own tile sizes, ``ragged.tile_sizes``)
 
-Bytes are the minimum traffic of each strategy: Q and O once, K and V once per kv head for the
-keys it reads (PAD reads the padded rectangle).
+Bytes are the minimum traffic of each strategy: Q and O once; K and V for the keys it reads, once
+per kv head for ``ragged`` and PAD (which reads the padded rectangle), and once per query head for
+``naive`` and ``split``, which hand every query head its own copy of its kv head.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from .ragged import tile_sizes
 
 @dataclass(frozen=True)
 class Cost:
+    """What attention over one ragged batch costs: the FLOPs it needs, and per strategy ("naive", "padded",
+    "split", "ragged") the FLOPs it computes, the bytes it must touch and its launches per layer."""
+
     useful_flops: int  # what exact causal attention needs
     flops: dict[str, int]  # what each strategy computes
     bytes: dict[str, int]  # the memory each strategy must touch at least

@@ -299,6 +299,9 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     """Compare ``fn`` with the float64 specification on ``cases`` ragged batches per dtype (at least the
     34 of the grid).
 
+    ``fn``: an attention function of minibass's one signature, ``fn(q, k_cache, v_cache, q_lens, kv_lens, *,
+    scale=None)`` -> ``[total_q, H, D]`` (shapes and rules: ``minibass.attention.base``).
+
     Two verdict rows per dtype. The first: the worst error over all cases against ``ATOL[dtype]``; a
     failing row names the smallest failing case (least work) with the position of its largest error, the
     case with the worst error when it is another one, and how many cases failed. The second: how many of

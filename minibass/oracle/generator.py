@@ -198,7 +198,10 @@ def check_generator(generate_fn, *, n_tokens: int = 3, samples: int = 20_000,
                     name: str | None = None, head_dim: int = 8) -> Verdict:
     """Sample ``samples`` continuations from ``generate_fn`` and test them against the exact distribution.
 
-    ``n_tokens`` must exceed the engine's draft length for its bonus token to be tested (see above).
+    ``generate_fn(target_dir, draft_dir, prompt, n_tokens, n_samples, sampling, seed)`` returns ``n_samples``
+    continuations of ``prompt`` (lists of at least ``n_tokens`` token ids) from the engine under test, which
+    loads the two folders the oracle wrote. ``n_tokens`` must exceed the engine's draft length for its bonus
+    token to be tested (the module docstring says why).
     ``head_dim``: of the oracle's pair (``write_pair``); 64 for engines whose kernels need it.
     """
     from ..loading import load_model

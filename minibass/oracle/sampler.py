@@ -188,7 +188,11 @@ def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> 
 def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0, name: str | None = None) -> Verdict:
     """Run ``fn`` on ``rows`` rows per setup and test its events against the exact distribution.
 
-    Returns a ``Verdict``; ``ok`` only if every invariant holds and no test rejects at alpha / m.
+    ``fn``: a rejection sampler of ``rejection_sample``'s signature, ``fn(draft_tokens, draft_probs,
+    target_probs, *, generator)`` -> ``(num_accepted long [B], next_tokens long [B])``. The setups
+    (``setups()``): context-dependent p and q warped at temperature 0.6, top-k 3, one-hot target rows, and
+    a draft with zero mass where the target has some. Returns a ``Verdict``; ``ok`` only if every
+    invariant holds and no test rejects at alpha / m.
     """
     if not is_int(rows) or rows < 100:
         raise ValueError(f"rows must be an int >= 100, got {rows!r}")

@@ -31,7 +31,12 @@ class Check:
 
 @dataclass
 class Verdict:
-    """What an oracle check found. ``ok`` is True only if every check passed."""
+    """What an oracle check found. ``ok`` is True only if every check passed.
+
+    subject: what was checked ("sampler minibass"); checks: the rows (``Check``); notes: what the rows
+    rest on (sizes, tolerances, test levels) and what a setting cannot see; seconds: how long the check
+    ran. ``str(verdict)`` is the table a person reads; ``to_dict()`` the same as JSON.
+    """
 
     subject: str
     checks: list[Check] = field(default_factory=list)
@@ -87,6 +92,7 @@ class Verdict:
         return "\n".join(lines)
 
     def raise_for_failure(self) -> None:
+        """Raise ``AssertionError(str(self))`` unless ``ok``: a failing check fails a pytest test with the table."""
         if not self.ok:
             raise AssertionError(str(self))
 

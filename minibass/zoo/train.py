@@ -638,7 +638,7 @@ def main(argv=None):
     rates = acceptance(folders["target"], folders["draft"], prompts or [[eos]], new_tokens)
     rates_text = (", ".join(f"{k}: {v}" for k, v in rates.items()) + f" ({len(prompts)} prompts of "
                   f"{len(prompts[0]) if prompts else 1} tokens from {plural(len(set(sources)), 'held-out file')}, "
-                  f"{new_tokens} new tokens)")
+                  f"{new_tokens} new tokens, seed 0, the saved bfloat16 weights)")
     summary = {
         "target": "The target of minibass's demo pair: a small code model trained from scratch.",
         "draft": "The draft of minibass's demo pair, distilled from the target (" +

@@ -378,7 +378,7 @@ tags: [minibass, speculative-decoding, demo]
 |---|---|
 | architecture | Llama: {layers}, hidden {hidden}, {heads} heads ({kv_heads} kv), vocab {vocab}, {tying}, {params:,} parameters |
 | weights | bfloat16 safetensors |
-| corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites: {n_train} train files ({train_tokens:,} tokens), {held_files} ({held_tokens:,} tokens), split by path hash |
+| corpus | the `.py` sources of the Python {python} standard library (`sysconfig` stdlib path), without test suites, `idlelib` and `lib2to3`: {n_train} train files ({train_tokens:,} tokens), {held_files} ({held_tokens:,} tokens), split by path hash |
 | training | {steps}, batch {batch} x {seq_len} tokens, AdamW, cosine schedule, peak lr {lr}, seed {seed}, {minutes:.1f} min on {device}{history} |
 | held-out loss | {held_loss:.3f} nats/token (perplexity {held_ppl:.1f}), over the first {loss_tokens:,} tokens of the held-out stream |
 | acceptance (this pair, held-out prompts, minibass `speculative_generate`) | {acceptance} |

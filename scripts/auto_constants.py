@@ -57,7 +57,7 @@ def relative_speed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch
 
 def steps_behind(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> float:
     """How much longer `auto` takes than the best fixed k on these sequences in batches of ``batch``, in steps of
-    that k per batch: a call of 48 tokens is a few dozen steps, so one step is a few percent of it."""
+    that k per batch: a call of 48 tokens is one to two dozen steps, so one step is a few percent of it."""
     groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
 
     def replayed(make):  # (seconds, steps) over all the batches, a new policy for each

@@ -250,6 +250,32 @@ def test_auto_constants_counts_steps_behind_in_the_best_fixed_lengths_steps_per_
     assert steps_behind(lambda: 5, runs, 24, 16, costs, 1) == pytest.approx(0, abs=1e-12)
 
 
+def test_auto_constants_picks_the_best_fixed_length_by_time_not_by_steps():
+    """Dear draft calls (10 ms): a step of k costs 5 + 10.25 k ms, every draft token accepted, 24 tokens. k = 1
+    is fastest, 12 steps of 15.25 ms (183 ms), though k = 5 takes only 4 steps (225 ms); a policy drafting 2
+    takes 8 steps of 25.5 ms (204 ms): 21 ms, or 21 / 15.25 steps of k = 1, behind. Priced in k = 5's steps, as a
+    best length chosen by steps would be, it would be ahead."""
+    from minibass.bench.policies import CallCosts
+
+    steps_behind = script("auto_constants")["steps_behind"]
+    costs = CallCosts({1: {"regular": 5e-3, "draft": 10e-3, "verify5": 6e-3}})
+    assert steps_behind(lambda: 2, [[99] * 24], 24, 16, costs, 1) == pytest.approx(21 / 15.25)
+
+
+def test_auto_constants_prices_a_batch_until_its_slowest_sequence_is_done():
+    """Batch 2, draft calls of 10 ms, costs doubled at batch 2 (beyond the probe at 1): one sequence accepts every
+    draft token and one none, so the batch runs 24 steps whatever k. k = 1: 12 steps of both (2 x 15.25 ms), then
+    11 of the slow one alone (15.25 ms) and its last step with no draft (5 ms): 538.75 ms. k = 2: 8 steps of both
+    (2 x 25.5 ms), then 14 alone (25.5 ms), one capped to a draft of 1 (15.25 ms) and the last with none (5 ms):
+    785.25 ms, (785.25 - 538.75) / (538.75 / 24) steps of k = 1 behind."""
+    from minibass.bench.policies import CallCosts
+
+    steps_behind = script("auto_constants")["steps_behind"]
+    costs = CallCosts({1: {"regular": 5e-3, "draft": 10e-3, "verify5": 6e-3}})
+    runs = [[99] * 24, [0] * 24]
+    assert steps_behind(lambda: 2, runs, 24, 16, costs, 2) == pytest.approx((785.25 - 538.75) / (538.75 / 24))
+
+
 def test_auto_constants_in_steps_reports_the_most_steps_behind_as_the_worst(tmp_path, capsys, monkeypatch):
     ns = script("auto_constants")
     runs = [[i] for i in range(20)]

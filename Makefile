@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# PyTorch is installed first and on its own; pin another build with e.g. `make TORCH=torch==2.6.0 test`.
+# PyTorch is installed first and on its own when .venv is made; pin another build in a new .venv with e.g.
+# `make clean && make TORCH=torch==2.11.0 test` (on Linux, a torch whose wheels accept Triton >= 3.6).
 TORCH ?= torch==2.13.0
 # pytest-xdist workers for `make test`: auto = one per core; set a number where a container's CPU limit
 # is below the host's core count, 0 for one process.

@@ -90,7 +90,7 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 
 
 def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
-    """One paragraph: where a step's time went in the run with the fastest fixed k (why it pays or not),
+    """One paragraph: where a step's time went in the run of the fixed k with the highest speed-up (why it pays or not),
     and at what batch size it would stop paying on this device."""
     from minibass.costmodel import alpha_from_accepted, speedup_from_costs
 
@@ -116,16 +116,22 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
         lines.append(f"Caution: the probe above timed a regular step at {probe:.2f} ms, {probe / r:.1f} times the "
                      f"{r:.2f} ms of the round read below: the machine was busy while the probes ran, so the "
                      f"\"measured now\" line and the predictions at the end are off; run the demo again.")
-    lines += [f"Reading: with k = {k}, a step cost on average (in the round with the median speed-up, prefill "
-             f"included, in regular steps of {r:.2f} ms, the regular run of that round) one verify {verify:.2f} + "
+    lines += [f"Reading: with k = {k} (the fixed length with the highest speed-up), a step cost on average (in the "
+             f"round with the median speed-up, prefill included, in regular steps of {r:.2f} ms, the regular run of "
+             f"that round) one verify {verify:.2f} + "
              f"{fixed['draft_calls'] / steps:.1f} draft calls {drafts:.2f} + the loop's own work outside the forward "
              f"calls (sampling, the rejection step, roll-back, bookkeeping) {host:.2f} = {step_cost:.2f}."]
+    # alpha: the chance per draft token that gives the mean accepted prefix seen; the table's acceptance (accepted /
+    # proposed) is lower, as it also counts the drafts after a rejection.
+    per_token = (f"per-token acceptance {alpha:.2f}: as if each draft token were accepted on its own with that "
+                 f"chance; the table's acceptance also counts the drafts after a rejection")
+    slowest = f"{fixed['paired_regular_steps']} tokens in {steps} steps"  # the regular run's steps = tokens emitted
     if batch > 1:
         lines.append(f"Each sequence emitted {1 + fixed['mean_accepted']:.2f} tokens per step on average "
-                     f"(per-token acceptance {alpha:.2f}), but a batch steps until its slowest sequence is done: "
-                     f"{pace:.2f} tokens per step for that one,")
+                     f"({per_token}), but a batch steps until its slowest sequence is done: "
+                     f"{pace:.2f} tokens per step for that one ({slowest}),")
     else:
-        lines.append(f"Each sequence emitted {pace:.2f} tokens per step (per-token acceptance {alpha:.2f}),")
+        lines.append(f"Each sequence emitted {pace:.2f} tokens per step ({slowest}; {per_token}),")
     # pace / step_cost is that round's ratio of wall times, which is the median ratio for an odd --repeats.
     shown = ("the speed-up in the table" if abs(pace / step_cost - fixed["speedup"]) < 5e-3 else
              f"that round's speed-up (the table shows {fixed['speedup']:.2f}x, the mean of the two middle rounds)")
@@ -146,10 +152,13 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     else:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
-    values = list(predictions.values())  # they tend to fall as the batch grows
-    if any(later > earlier * 1.15 for earlier, later in zip(values, values[1:])):
-        end += (" (Each comes from a few short probes: where one rises with the batch by more than 15 %, the machine "
-                "may have been busy while it was timed; a rise of a few percent can be this CPU's own.)")
+    items = list(predictions.items())  # they tend to fall as the batch grows
+    rises = [(b0, x0, b1, x1) for (b0, x0), (b1, x1) in zip(items, items[1:]) if x1 > x0 * 1.15]
+    if rises:
+        b0, x0, b1, x1 = rises[0]
+        end += (f" (Batch {b1}'s prediction is {100 * (x1 / x0 - 1):.0f} % above batch {b0}'s. Each comes from a few "
+                f"short probes: where one rises with the batch by more than 15 %, the machine may have been busy while "
+                f"it was timed; a rise of a few percent can be this CPU's own.)")
     lines.append(f"Predicted per sequence from the forward calls alone, timed at each batch size ({trend}): {end}")
     return " ".join(lines)
 
@@ -281,7 +290,7 @@ def demo(args) -> int:
     medians = {name: sorted(range(len(rs)), key=lambda i: ratios[name][i] if name != "regular" else
                             rs[i].stats.tokens_per_second)[len(rs) // 2] for name, rs in runs.items()}
     results = {name: runs[name][i] for name, i in medians.items()}
-    fixed = [p for p in policies if isinstance(p, int)]  # the reading explains the fastest fixed length
+    fixed = [p for p in policies if isinstance(p, int)]  # the reading explains the one with the highest speed-up
     k = max(fixed, key=lambda p: speedups[str(p)]) if fixed else 4
     rows = []
     for name, result in results.items():

@@ -131,6 +131,16 @@ def test_a_target_that_is_not_callable_is_a_usage_error(spies, capsys):
     assert "check_sampler" not in spies  # nothing ran
 
 
+def test_the_oracles_help_reads_as_plain_text_in_a_terminal(capsys):
+    """The subcommand's description is its module docstring, without the docstring's ``code`` marks."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["oracle", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "TARGET is package.module:function (imported from the current directory and sys.path)" in out
+    assert "``" not in out
+
+
 def test_a_target_may_name_an_attribute_of_an_attribute(spies, capsys):
     code, _, err = _exit(["oracle", "sampler", "minibass.oracle:known_bugs.textbook"], capsys)
     assert code == 0, err

@@ -156,13 +156,16 @@ def test_the_demo_probes_and_reads_the_fastest_fixed_length_in_its_median_round(
     assert ("measured now at batch 2: one regular step 250.00 ms; one draft call 30.00 ms = 0.12 regular steps; "
             "one verify of 3 tokens 290.00 ms = 1.16 regular steps") in out
     assert "Caution" not in out  # round 2's regular step, 250 ms, is the probe's
-    assert ("Reading: with k = 2, a step cost on average (in the round with the median speed-up, prefill included, "
+    assert ("Reading: with k = 2 (the fixed length with the highest speed-up), a step cost on average (in the round "
+            "with the median speed-up, prefill included, "
             "in regular steps of 250.00 ms, the regular run of that round) one verify 0.60 + 2.0 draft calls 0.32 + "
             "the loop's own work outside the forward calls (sampling, the rejection step, roll-back, bookkeeping) "
             "0.08 = 1.00.") in out
-    assert ("Each sequence emitted 2.20 tokens per step on average (per-token acceptance 0.70), but a batch steps "
-            "until its slowest sequence is done: 3.20 tokens per step for that one, so 3.20 / 1.00 = 3.20x, the "
-            "speed-up in the table; without the host work it would be 3.20 / 0.92 = 3.48x.") in out
+    assert ("Each sequence emitted 2.20 tokens per step on average (per-token acceptance 0.70: as if each draft token "
+            "were accepted on its own with that chance; the table's acceptance also counts the drafts after a "
+            "rejection), but a batch steps until its slowest sequence is done: 3.20 tokens per step for that one "
+            "(16 tokens in 5 steps), so 3.20 / 1.00 = 3.20x, the speed-up in the table; without the host work it "
+            "would be 3.20 / 0.92 = 3.48x.") in out
     assert ("Predicted per sequence from the forward calls alone, timed at each batch size (batch 1: 1.83x, batch 2: "
             "1.57x, batch 4: 1.32x, batch 16: 0.88x, batch 32: 0.73x): speculative decoding stops paying on this "
             "device from batch 16 on: there a verify of 3 tokens per sequence costs 2.00 regular steps and a draft "
@@ -264,10 +267,12 @@ PAYS = {1: {"regular": 10.0, "verify": 11.0, "draft": 1.0}, 4: {"regular": 10.0,
 
 def test_the_reading_of_one_sequence_says_its_own_pace_and_that_it_pays_everywhere():
     text = cli._reading([_row(speedup=2.5)], PAYS, 1, 2)
-    assert text.startswith("Reading: with k = 2, a step cost on average (in the round with the median speed-up, "
-                           "prefill included, in regular steps of 10.00 ms, the regular run of that round) one verify "
-                           "0.80 + 2.0 draft calls 0.30 + the loop's own work")
-    assert "bookkeeping) 0.10 = 1.20. Each sequence emitted 2.50 tokens per step (per-token acceptance 0.70)," in text
+    assert text.startswith("Reading: with k = 2 (the fixed length with the highest speed-up), a step cost on average "
+                           "(in the round with the median speed-up, prefill included, in regular steps of 10.00 ms, the "
+                           "regular run of that round) one verify 0.80 + 2.0 draft calls 0.30 + the loop's own work")
+    assert ("bookkeeping) 0.10 = 1.20. Each sequence emitted 2.50 tokens per step (25 tokens in 10 steps; per-token "
+            "acceptance 0.70: as if each draft token were accepted on its own with that chance; the table's "
+            "acceptance also counts the drafts after a rejection),") in text
     assert "slowest sequence" not in text
     assert "so 2.50 / 1.20 = 2.08x, " in text
     assert ("without the host work it would be 2.50 / 1.10 = 2.27x. Predicted per sequence from the forward calls "
@@ -277,8 +282,10 @@ def test_the_reading_of_one_sequence_says_its_own_pace_and_that_it_pays_everywhe
 
 def test_the_reading_of_a_batch_says_it_gains_less_and_names_the_tables_own_speed_up_when_it_differs():
     text = cli._reading([_row(speedup=2.5)], {**PAYS, 2: PAYS[1]}, 2, 2)
-    assert ("Each sequence emitted 2.20 tokens per step on average (per-token acceptance 0.70), but a batch steps "
-            "until its slowest sequence is done: 2.50 tokens per step for that one,") in text
+    assert ("Each sequence emitted 2.20 tokens per step on average (per-token acceptance 0.70: as if each draft token "
+            "were accepted on its own with that chance; the table's acceptance also counts the drafts after a "
+            "rejection), but a batch steps until its slowest sequence is done: 2.50 tokens per step for that one "
+            "(25 tokens in 10 steps),") in text
     # 2.50 / 1.20 = 2.08x is not the 2.50x of the table (an even --repeats: the mean of the two middle rounds).
     assert "so 2.50 / 1.20 = 2.08x, that round's speed-up (the table shows 2.50x, the mean of the two middle " in text
     assert "per sequence it would pay at every batch size measured here; a batch gains less, as it waits for" in text
@@ -300,6 +307,7 @@ def test_the_reading_notes_a_prediction_that_rises_by_a_fifth_with_the_batch():
     rising = {1: {"regular": 10.0, "verify": 10.0, "draft": 0.0}, 4: {"regular": 12.0, "verify": 10.0, "draft": 0.0}}
     text = cli._reading([_row()], rising, 1, 2)
     assert "(batch 1: 2.20x, batch 4: 2.64x)" in text
+    assert "(Batch 4's prediction is 20 % above batch 1's. Each comes from a few short probes: where one rises" in text
     assert "where one rises with the batch by more than 15 %, the machine may have been busy" in text
 
 

@@ -4,8 +4,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# PyTorch is installed first and on its own when .venv is made; pin another build in a new .venv with e.g.
-# `make clean && make TORCH=torch==2.11.0 test` (on Linux, a torch whose wheels accept Triton >= 3.6).
+# PyTorch is installed first and on its own when .venv is set up (on first use, and again whenever pyproject.toml
+# changes); pin another build in a new .venv with e.g. `rm -rf .venv && make TORCH=torch==2.11.0 test` (on Linux,
+# a torch whose wheels accept Triton >= 3.6).
 TORCH ?= torch==2.13.0
 # pytest-xdist workers for `make test`: auto = one per core; set a number where a container's CPU limit
 # is below the host's core count, 0 for one process.

@@ -121,11 +121,16 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
              f"that round) one verify {verify:.2f} + "
              f"{fixed['draft_calls'] / steps:.1f} draft calls {drafts:.2f} + the loop's own work outside the forward "
              f"calls (sampling, the rejection step, roll-back, bookkeeping) {host:.2f} = {step_cost:.2f}."]
-    # alpha: the chance per draft token that gives the mean accepted prefix seen; the table's acceptance (accepted /
-    # proposed) is lower, as it also counts the drafts after a rejection.
+    # alpha: the chance per draft token that gives the mean accepted prefix seen. The table's acceptance (accepted /
+    # proposed) also counts the drafts after a rejection, which usually makes it the lower; but near the budget a
+    # step with no draft counts in the mean accepted and not in the proposed, which lowers alpha a little.
     per_token = (f"per-token acceptance {alpha:.2f}: as if each draft token were accepted on its own with that "
                  f"chance; the table's acceptance also counts the drafts after a rejection")
-    slowest = f"{fixed['paired_regular_steps']} tokens in {steps} steps"  # the regular run's steps = tokens emitted
+    # The regular run's steps are the tokens of each batch's longest sequence; both counts are summed over batches.
+    batches = fixed.get("batches", 1)
+    slowest = (f"{fixed['paired_regular_steps']} tokens in {steps} steps" if batches == 1 else
+               f"{fixed['paired_regular_steps'] / batches:g} tokens in {steps / batches:.1f} steps, the mean over "
+               f"{batches} batches")
     if batch > 1:
         lines.append(f"Each sequence emitted {1 + fixed['mean_accepted']:.2f} tokens per step on average "
                      f"({per_token}), but a batch steps until its slowest sequence is done: "
@@ -153,12 +158,13 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
         end = ("per sequence it would pay at every batch size measured here" +
                ("; a batch gains less, as it waits for its slowest sequence." if batch > 1 else "."))
     items = list(predictions.items())  # they tend to fall as the batch grows
-    rises = [(b0, x0, b1, x1) for (b0, x0), (b1, x1) in zip(items, items[1:]) if x1 > x0 * 1.15]
+    rises = [f"batch {b1}'s prediction is {100 * (x1 / x0 - 1):.1f} % above batch {b0}'s"
+             for (b0, x0), (b1, x1) in zip(items, items[1:]) if x1 > x0 * 1.15]
     if rises:
-        b0, x0, b1, x1 = rises[0]
-        end += (f" (Batch {b1}'s prediction is {100 * (x1 / x0 - 1):.0f} % above batch {b0}'s. Each comes from a few "
-                f"short probes: where one rises with the batch by more than 15 %, the machine may have been busy while "
-                f"it was timed; a rise of a few percent can be this CPU's own.)")
+        named = "; ".join(rises)
+        end += (f" ({named[0].upper()}{named[1:]}. Each comes from a few short probes: where one rises with the batch "
+                f"by more than 15 %, the machine may have been busy while it was timed; a rise of a few percent can be "
+                f"this CPU's own.)")
     lines.append(f"Predicted per sequence from the forward calls alone, timed at each batch size ({trend}): {end}")
     return " ".join(lines)
 
@@ -314,6 +320,7 @@ def demo(args) -> int:
             "draft_calls": s.draft_calls,
             "paired_regular_ms": _ms_per_step(runs["regular"][medians[name]]),
             "paired_regular_steps": runs["regular"][medians[name]].stats.steps,
+            "batches": len(groups),
         })
     print(_table(rows, [("method", "method"), ("tok_s", "tokens/s"), ("x", "speed-up"), ("accept", "acceptance"),
                         ("per_step", "accepted/step"), ("calls", "target calls"), ("draft", "draft lengths")]))

@@ -141,6 +141,16 @@ def test_the_oracles_help_reads_as_plain_text_in_a_terminal(capsys):
     assert "``" not in out
 
 
+def test_the_command_line_runs_without_docstrings():
+    """``python -OO`` strips docstrings, and the oracle's help is built from one."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-OO", "-m", "minibass", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "oracle" in run.stdout
+
+
 def test_a_target_may_name_an_attribute_of_an_attribute(spies, capsys):
     code, _, err = _exit(["oracle", "sampler", "minibass.oracle:known_bugs.textbook"], capsys)
     assert code == 0, err

@@ -42,8 +42,8 @@ def _stats(*, steps, wall, calls=None, lengths=(), accepted=0, speculative=True)
 # tokens/s, the median is round 0's). The policies' walls are the regular ones over these per-round ratios:
 #   k = 1: 1.25, 1.6, 2.0 (median 1.6, round 1)    k = 2: 4.0, 2.5, 3.2 (median 3.2, round 2)
 #   k = 3: 3.125, 2.0, 2.5 (median 2.5, round 2)   dynamic: 4.0, 5.0, 6.4 (median 5.0, round 1)
-# so the fastest fixed length is k = 2 (neither the first nor the last), dynamic is faster still, and no method's
-# median-ratio round is its median round by tokens/s.
+# so the fixed length with the highest speed-up is k = 2 (neither the first nor the last), dynamic is faster
+# still, and no method's median-ratio round is its median round by tokens/s.
 REGULAR_WALL = [2.0, 1.0, 4.0]
 WALL = {"1": [1.6, 0.625, 2.0], "2": [0.5, 0.4, 1.25], "3": [0.64, 0.5, 1.6], "dynamic": [0.5, 0.2, 0.625]}
 # Per round, per batch: steps and draft tokens accepted (and for dynamic the draft lengths of each step).
@@ -146,10 +146,11 @@ def test_the_demo_table_shows_median_tokens_per_s_median_ratios_and_the_median_r
     assert len(record["runs"]) == 3 * 2 * 5  # three rounds of two batches of five methods
 
 
-def test_the_demo_probes_and_reads_the_fastest_fixed_length_in_its_median_round(monkeypatch, capsys):
-    """k = 2, the fastest fixed length (dynamic is faster, but is not a fixed length): the probes time a verify of
-    3 tokens at batch sizes 1, 4, 16, 32 and the demo's own 2; the "measured now" line is batch 2's, in regular
-    steps; the reading splits k = 2's median round (round 2) into regular steps of round 2's regular run."""
+def test_the_demo_probes_and_reads_the_fixed_length_with_the_highest_speed_up_in_its_median_round(monkeypatch, capsys):
+    """k = 2, the fixed length with the highest speed-up (dynamic is faster, but is not a fixed length): the probes
+    time a verify of 3 tokens at batch sizes 1, 4, 16, 32 and the demo's own 2; the "measured now" line is batch
+    2's, in regular steps; the reading splits k = 2's median round (round 2) into regular steps of round 2's regular
+    run."""
     code, out, _, record = _run_demo(monkeypatch, capsys, DEMO)
     assert code == 0
     assert record["probes"] == [(1, 3), (2, 3), (4, 3), (16, 3), (32, 3)]
@@ -164,8 +165,8 @@ def test_the_demo_probes_and_reads_the_fastest_fixed_length_in_its_median_round(
     assert ("Each sequence emitted 2.20 tokens per step on average (per-token acceptance 0.70: as if each draft token "
             "were accepted on its own with that chance; the table's acceptance also counts the drafts after a "
             "rejection), but a batch steps until its slowest sequence is done: 3.20 tokens per step for that one "
-            "(16 tokens in 5 steps), so 3.20 / 1.00 = 3.20x, the speed-up in the table; without the host work it "
-            "would be 3.20 / 0.92 = 3.48x.") in out
+            "(8 tokens in 2.5 steps, the mean over 2 batches), so 3.20 / 1.00 = 3.20x, the speed-up in the table; "
+            "without the host work it would be 3.20 / 0.92 = 3.48x.") in out
     assert ("Predicted per sequence from the forward calls alone, timed at each batch size (batch 1: 1.83x, batch 2: "
             "1.57x, batch 4: 1.32x, batch 16: 0.88x, batch 32: 0.73x): speculative decoding stops paying on this "
             "device from batch 16 on: there a verify of 3 tokens per sequence costs 2.00 regular steps and a draft "
@@ -307,8 +308,37 @@ def test_the_reading_notes_a_prediction_that_rises_by_a_fifth_with_the_batch():
     rising = {1: {"regular": 10.0, "verify": 10.0, "draft": 0.0}, 4: {"regular": 12.0, "verify": 10.0, "draft": 0.0}}
     text = cli._reading([_row()], rising, 1, 2)
     assert "(batch 1: 2.20x, batch 4: 2.64x)" in text
-    assert "(Batch 4's prediction is 20 % above batch 1's. Each comes from a few short probes: where one rises" in text
+    assert "(Batch 4's prediction is 20.0 % above batch 1's. Each comes from a few short probes: where one" in text
     assert "where one rises with the batch by more than 15 %, the machine may have been busy" in text
+
+
+def test_the_reading_names_every_prediction_that_rises_over_the_one_before_it():
+    """Predictions of 2.20, 2.09, 2.51 and 1.98x (regular 10, 10.5, 11.4, 9 ms against a verify of 10 ms): batch 16's
+    is 20 % above batch 4's, the one before it, not batch 1's, the first. Then 1.98, 2.38 and 2.61x at batch 1, 4 and
+    16 rise twice, by 20 and 10 %: only the first is named; and with 2.97x at batch 16 (25 %), both are."""
+    once = {1: {"regular": 10.0, "verify": 10.0, "draft": 0.0}, 4: {"regular": 9.5, "verify": 10.0, "draft": 0.0},
+            16: {"regular": 11.4, "verify": 10.0, "draft": 0.0}, 32: {"regular": 9.0, "verify": 10.0, "draft": 0.0}}
+    text = cli._reading([_row()], once, 1, 2)
+    assert "(batch 1: 2.20x, batch 4: 2.09x, batch 16: 2.51x, batch 32: 1.98x)" in text
+    assert "(Batch 16's prediction is 20.0 % above batch 4's. Each comes" in text
+    twice = {1: {"regular": 9.0, "verify": 10.0, "draft": 0.0}, 4: {"regular": 10.8, "verify": 10.0, "draft": 0.0},
+             16: {"regular": 11.88, "verify": 10.0, "draft": 0.0}}
+    text = cli._reading([_row()], twice, 1, 2)
+    assert "(Batch 4's prediction is 20.0 % above batch 1's; batch 16's prediction is 10.0 % above" not in text
+    assert "(Batch 4's prediction is 20.0 % above batch 1's. Each comes" in text  # 16 over 4: 10 %, not named
+    two = {**twice, 16: {"regular": 13.5, "verify": 10.0, "draft": 0.0}}
+    text = cli._reading([_row()], two, 1, 2)
+    assert "(Batch 4's prediction is 20.0 % above batch 1's; batch 16's prediction is 25.0 % above batch 4's." in text
+
+
+def test_the_reading_counts_the_slowest_sequences_tokens_and_steps_per_batch():
+    """Two batches of sequences of 48 tokens: 96 regular steps, 40 speculative ones, so each batch's slowest
+    sequence emitted 48 tokens in 20 steps on average; at batch 1 the same with the prompts one at a time."""
+    row = _row(paired_regular_steps=96, steps=40, batches=2)
+    assert "2.40 tokens per step for that one (48 tokens in 20.0 steps, the mean over 2 batches)," in cli._reading(
+        [row], {**PAYS, 2: PAYS[1]}, 2, 2)
+    assert "Each sequence emitted 2.40 tokens per step (48 tokens in 20.0 steps, the mean over 2 batches; " in \
+        cli._reading([row], PAYS, 1, 2)
 
 
 def test_where_it_stops_paying_the_reading_gives_that_batchs_verify_and_draft_in_regular_steps():

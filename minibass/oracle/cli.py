@@ -72,7 +72,7 @@ OPTIONS = {
 
 def add_parser(sub) -> None:
     p = sub.add_parser("oracle", help="check another engine's attention, rejection sampler or generator",
-                       description=__doc__.replace("``", ""),  # the docstring's code marks, read in a terminal
+                       description=(__doc__ or "").replace("``", ""),  # the docstring's code marks, read in a terminal
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=sorted(ADAPTERS))
     p.add_argument("target", help="package.module:function, or an adapter: minibass, transformers")

@@ -127,7 +127,7 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     per_token = (f"per-token acceptance {alpha:.2f}: as if each draft token were accepted on its own with that "
                  f"chance; the table's acceptance also counts the drafts after a rejection")
     # The regular run's steps are the tokens of each batch's longest sequence; both counts are summed over batches.
-    batches = fixed.get("batches", 1)
+    batches = fixed["batches"]
     slowest = (f"{fixed['paired_regular_steps']} tokens in {steps} steps" if batches == 1 else
                f"{fixed['paired_regular_steps'] / batches:g} tokens in {steps / batches:.1f} steps, the mean over "
                f"{batches} batches")

@@ -44,13 +44,19 @@ def cost_models(costs_ms: dict) -> dict[str, CallCosts]:
     return {"measured": scaled(1.0), "verify slope x0.6": scaled(0.6), "verify slope x1.4": scaled(1.4)}
 
 
+def replayed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> tuple[float, int, int]:
+    """(seconds, steps, batches) of these sequences decoded in whole batches of ``batch``, with a new policy for
+    every batch, as ``draft_length="auto"`` makes one per call."""
+    groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
+    results = [replay(make_policy(), g, new_tokens, costs, k_max) for g in groups]
+    return sum(r["seconds"] for r in results), sum(r["steps"] for r in results), len(groups)
+
+
 def relative_speed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> float:
     """`auto`'s speed-up over regular decoding on these sequences in batches of ``batch``, divided by the
     best fixed k's."""
-    groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
-
-    def seconds(make):  # a new policy for every batch, as ``draft_length="auto"`` makes one per call
-        return sum(replay(make(), g, new_tokens, costs, k_max)["seconds"] for g in groups)
+    def seconds(make):
+        return replayed(make, runs, new_tokens, k_max, costs, batch)[0]
 
     return min(seconds(lambda: k) for k in FIXED) / seconds(make_policy)
 
@@ -58,14 +64,10 @@ def relative_speed(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch
 def steps_behind(make_policy, runs, new_tokens, k_max, costs: CallCosts, batch: int) -> float:
     """How much longer `auto` takes than the best fixed k on these sequences in batches of ``batch``, in steps of
     that k per batch: a call of 48 tokens is one to two dozen steps, so one step is a few percent of it."""
-    groups = [runs[i:i + batch] for i in range(0, len(runs) - batch + 1, batch)]
-
-    def replayed(make):  # (seconds, steps) over all the batches, a new policy for each
-        results = [replay(make(), g, new_tokens, costs, k_max) for g in groups]
-        return sum(r["seconds"] for r in results), sum(r["steps"] for r in results)
-
-    best_seconds, best_steps = min((replayed(lambda: k) for k in FIXED), key=lambda r: r[0])
-    return (replayed(make_policy)[0] - best_seconds) / (best_seconds / best_steps) / len(groups)
+    best_seconds, best_steps, batches = min(
+        (replayed(lambda: k, runs, new_tokens, k_max, costs, batch) for k in FIXED), key=lambda r: r[0])
+    seconds = replayed(make_policy, runs, new_tokens, k_max, costs, batch)[0]
+    return (seconds - best_seconds) / (best_seconds / best_steps) / batches
 
 
 def main(argv=None):

@@ -259,7 +259,7 @@ def _row(regular_ms=10.0, speedup=2.0, **changes):
     (alpha ~0.70); the regular run took 25 steps, so 2.5 tokens a step: 2.5 / 1.2 = 2.08x."""
     row = {"policy": "2", "paired_regular_ms": regular_ms, "steps": 10, "target_ms": 8 * regular_ms,
            "draft_ms": 3 * regular_ms, "host_ms": 1 * regular_ms, "paired_regular_steps": 25, "mean_accepted": 1.2,
-           "draft_calls": 20, "speedup": speedup}
+           "draft_calls": 20, "speedup": speedup, "batches": 1}
     return {**row, **changes}
 
 

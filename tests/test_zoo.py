@@ -582,7 +582,7 @@ def test_the_reading_warns_of_a_stalled_round_and_of_probes_rising_with_the_batc
     def row(regular_ms):  # k = 3, 20 steps: verify 1.3, drafts 0.3, host 0.1 regular steps each
         return {"policy": "3", "paired_regular_ms": regular_ms, "steps": 20, "target_ms": 26 * regular_ms,
                 "draft_ms": 6 * regular_ms, "host_ms": 2 * regular_ms, "paired_regular_steps": 48,
-                "mean_accepted": 1.6, "draft_calls": 60, "speedup": 2.4 / 1.7}
+                "mean_accepted": 1.6, "draft_calls": 60, "speedup": 2.4 / 1.7, "batches": 1}
 
     falling = {1: {"regular": 5.0, "verify": 6.0, "draft": 0.4}, 8: {"regular": 10.0, "verify": 16.0, "draft": 0.9}}
     quiet = _reading([row(11.0)], falling, 8, 3)

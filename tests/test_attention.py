@@ -212,13 +212,46 @@ def test_ragged_in_float64_does_not_rest_on_a_float64_scalar(name, monkeypatch):
 
 def test_cost_counts_the_tiles_the_kernel_launches():
     """The ragged row: BLOCK_M rows of (query, head) per tile, 16 or 64 as the kernel picks for the batch's
-    longest sequence, by BLOCK_N = 64 keys, over the head dim rounded up to a power of two."""
+    longest sequence, by BLOCK_N = 64 keys (at 2 bytes per element), over the head dim rounded up to a power
+    of two."""
     heads = dict(n_heads=32, n_kv_heads=8)  # G = 4
     short = cost([4, 1], [100, 50], head_dim=128, **heads)  # 16 rows at most: 16-row tiles
     assert short.flops["ragged"] == 4 * 128 * 8 * 16 * (128 + 64)  # keys rounded up: 100 -> 128, 50 -> 64
     long = cost([8, 1], [100, 50], head_dim=59, **heads)  # 32 rows: 64-row tiles, for the decode sequence too
     assert long.flops["ragged"] == 4 * 64 * 8 * 64 * (128 + 64)  # head dim 59 computed as 64
     assert long.flops["ragged"] == cost([8, 1], [100, 50], head_dim=59, block_m=64, block_n=64, **heads).flops["ragged"]
+
+
+@pytest.mark.parametrize("itemsize,head_dim,rows,expected", [
+    (2, 128, 40, (64, 64, 128)), (2, 256, 40, (64, 64, 256)), (4, 128, 40, (64, 64, 128)),  # as before: 32 KB tiles
+    (4, 256, 40, (32, 32, 256)), (8, 128, 40, (32, 32, 128)), (8, 128, 8, (16, 32, 128)),  # wide: fewer rows
+    (8, 256, 40, (16, 16, 256)), (2, 59, 8, (16, 64, 64)), (8, 1024, 40, (16, 16, 1024)),
+])
+def test_tiles_shrink_for_wide_dtypes_to_fit_shared_memory(itemsize, head_dim, rows, expected):
+    """BLOCK_M and BLOCK_N shrink where a tile of BLOCK_D elements would pass TILE_BYTES (float64 at head
+    dim 128 with 64-key tiles asked an H200 for 287,232 bytes of shared memory, of 232,448), never below the 16 that
+    ``tl.dot`` needs on a GPU; rows = max_q_len * group."""
+    from minibass.attention.ragged import TILE_BYTES, tile_sizes
+
+    block_m, block_n, block_d = tile_sizes(rows, 1, head_dim, itemsize)
+    assert (block_m, block_n, block_d) == expected
+    assert min(block_m, block_n) >= 16
+    assert max(block_m, block_n) * block_d * itemsize <= TILE_BYTES or min(block_m, block_n) == 16
+
+
+@pytest.mark.parametrize("dtype,block_n", [(torch.float16, 64), (torch.float32, 64), (torch.float64, 32)])
+def test_the_kernel_launches_with_the_tiles_of_its_dtype(monkeypatch, dtype, block_n):
+    """The wrapper passes q's element size to ``tile_sizes``: at head dim 128, float64 gets 32-key tiles."""
+    module = sys.modules["minibass.attention.ragged"]
+    launches = []
+
+    class Recorder:  # kernel[grid](*args, **constants), as a Triton kernel is launched
+        def __getitem__(self, grid):
+            return lambda *args, **constants: launches.append(constants)
+
+    monkeypatch.setattr(module._Kernels, "get", classmethod(lambda cls, on_cpu: Recorder()))
+    BACKENDS["ragged"](*make_batch([2, 1], [40, 9], 4, 4, 128, dtype=dtype))
+    assert (launches[0]["BLOCK_M"], launches[0]["BLOCK_N"], launches[0]["BLOCK_D"]) == (16, block_n, 128)
 
 
 def test_cost_accounting():

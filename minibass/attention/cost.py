@@ -49,7 +49,8 @@ def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, h
     """Useful and actual attention work for one layer of a ragged batch (lengths as lists or tensors).
 
     ``block_m``, ``block_n``: the ragged kernel's tile of (query, head) rows by keys; by default the
-    sizes the kernel picks for this batch (``ragged.tile_sizes``), with the head dim padded as it pads it."""
+    sizes the kernel picks for this batch and ``bytes_per_element`` (``ragged.tile_sizes``), with the head
+    dim padded as it pads it."""
     q_lens = [int(x) for x in torch.as_tensor(q_lens).tolist()]
     kv_lens = [int(x) for x in torch.as_tensor(kv_lens).tolist()]
     if len(q_lens) != len(kv_lens) or any(q < 0 or q > kv for q, kv in zip(q_lens, kv_lens)):
@@ -57,7 +58,7 @@ def cost(q_lens, kv_lens, *, n_heads: int = 32, n_kv_heads: int | None = None, h
     n_kv_heads = n_kv_heads or n_heads
     h, d, e = n_heads, head_dim, bytes_per_element
     group = n_heads // n_kv_heads
-    tile_m, tile_n, tile_d = tile_sizes(max(q_lens, default=0), group, head_dim)
+    tile_m, tile_n, tile_d = tile_sizes(max(q_lens, default=0), group, head_dim, bytes_per_element)
     block_m = tile_m if block_m is None else block_m
     block_n = tile_n if block_n is None else block_n
     if block_m < 1 or block_n < 1:

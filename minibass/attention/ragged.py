@@ -73,18 +73,26 @@ class _Kernels:
         return cls.compiled
 
 
+TILE_BYTES = 32 * 1024  # one Q, K or V tile: 64 rows x 128 float32 or 64 x 256 float16 at most
+
+
 def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def tile_sizes(max_q_len: int, group: int, head_dim: int) -> tuple[int, int, int]:
+def tile_sizes(max_q_len: int, group: int, head_dim: int, itemsize: int = 2) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D) of a launch: rows of (query, head in the group), keys, head dim.
 
-    ``tl.dot`` needs every tile dimension >= 16 on a GPU, so BLOCK_M is 16 or 64 (16 while the
-    longest sequence's ``max_q_len * group`` rows fit in it), and BLOCK_D is the head dim rounded
-    up to a power of two, at least 16 (the columns past it are masked)."""
+    ``tl.dot`` needs every tile dimension >= 16 on a GPU. BLOCK_D is the head dim rounded up to a
+    power of two, at least 16 (the columns past it are masked). BLOCK_M is 16 while the longest
+    sequence's ``max_q_len * group`` rows fit in it, else 64; BLOCK_N is 64. Both shrink (to 32 or
+    16) where a tile of BLOCK_D elements of ``itemsize`` bytes would pass ``TILE_BYTES``: the
+    compiled kernel holds the Q tile and several K and V tiles in a GPU's shared memory, and
+    float64 at head dim 128 with 64-key tiles asked an H200 for 287,232 bytes of its 232,448."""
     rows = max_q_len * group  # most (query, head) rows any sequence has
-    return (16 if rows <= 16 else 64), 64, max(16, _next_power_of_2(head_dim))
+    block_d = max(16, _next_power_of_2(head_dim))
+    widest = max(16, min(64, TILE_BYTES // (block_d * itemsize)))  # rows of a tile within TILE_BYTES
+    return (16 if rows <= 16 else widest), widest, block_d
 
 
 def ragged(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
@@ -110,7 +118,7 @@ def ragged_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
     v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
 
     rows = meta.max_q_len * group  # most (query, head) rows any sequence has
-    block_m, block_n, block_d = tile_sizes(meta.max_q_len, group, head_dim)
+    block_m, block_n, block_d = tile_sizes(meta.max_q_len, group, head_dim, q.element_size())
     # Half-precision tiles go into tl.dot as they are, on a GPU and in the interpreter alike, but for
     # bfloat16 in the interpreter, whose bfloat16 arithmetic is unreliable: it computes in float32.
     upcast = q.dtype in (torch.float32, torch.float64) or (on_cpu and q.dtype == torch.bfloat16)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The prepared GPU check: one run, at most about 8 minutes on one GPU (every step has its own time
+# The prepared GPU check: one run on one GPU, at most 515 s of steps (every step has its own time
 # limit, and a step that fails does not stop the others):
 #   1. a decode step under torch.cuda.set_sync_debug_mode("error") (scripts/gpu_sync_check.py);
 #   2. the GPU tests: tests/test_cuda.py (hypothesis-generated ragged batches through every backend
 #      with the Triton kernel compiled for real, the demo pair decoding on CUDA) and the CUDA cases
-#      of tests/test_attention.py;
+#      of tests/test_attention.py, with WORKERS pytest-xdist workers (default 8; in one process they
+#      did not finish within the step's limit);
 #   3. the GPU benchmarks: attention, speculative, decode ($RESULTS/*-cuda.json; copied into
 #      bench_results/, they are what the course's chapter 10 reads through minibass.course.gpu_results);
 #   4. the course's chapter 10, live on the GPU.
@@ -14,6 +15,7 @@
 # a later step runs out of time.
 # STEPS picks some of the steps (default: all): STEPS="sync attention" bash scripts/gpu_check.sh
 # Usage on a machine with a GPU and the dependencies installed:  PYTHONPATH=. bash scripts/gpu_check.sh
+# On an H200 on 2026-12-04 the whole check took 332 s (bench_results/gpu-check/README.md, run 3).
 set -uo pipefail
 RESULTS=${RESULTS:-bench_results/gpu}
 mkdir -p "$RESULTS"
@@ -43,10 +45,10 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
 
 want() { [[ " ${STEPS:-sync tests attention speculative decode course} " == *" $1 "* ]]; }
 want sync && step sync 40 python scripts/gpu_sync_check.py
-want tests && step tests 170 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
-want attention && step attention-cuda 75 python -m minibass.bench attention --device cuda --reps 10 \
+want tests && step tests 130 python -m pytest -q -p no:cacheprovider -n "${WORKERS:-8}" tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
+want attention && step attention-cuda 55 python -m minibass.bench attention --device cuda --reps 10 \
     --out "$RESULTS/attention-cuda.json" --plot "$RESULTS/attention-cuda.png"
-want speculative && step speculative-cuda 95 python -m minibass.bench speculative --device cuda --batch-sizes 1 4 16 \
+want speculative && step speculative-cuda 190 python -m minibass.bench speculative --device cuda --batch-sizes 1 4 8 16 \
     --backends padded ragged --out "$RESULTS/speculative-cuda.json" --plot "$RESULTS/speculative-cuda.png"
 want decode && step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --reps 3 \
     --backends default padded split ragged --out "$RESULTS/decode-cuda.json"

@@ -120,15 +120,15 @@ for hw in cm.GPUS:
 # all).
 #
 # *attention* is at Llama-7B shapes, where the work is real.
-# - From batch 4 to 64 the ragged kernel's time roughly doubles (0.9–3.5x by cell) for 16–20
-#   times the work.
+# - From batch 4 to 64 the ragged kernel's time grows 1.6–3.6x by cell (2.6x in the median cell)
+#   for 16–20 times the work.
 # - Meanwhile BASS-PAD pays for its padding, and BASS-SPLIT for one launch per sequence.
 # - PyTorch's fused `scaled_dot_product_attention` on a padded layout is faster on small
 #   batches. It is slower at batch 16 only when 4–8 new tokens meet widely spread lengths, and
 #   at batch 64 in most cells with spread lengths.
 #
 # *decode* and *speculative* use tiny models. A step takes a few milliseconds (decode's 4-layer
-# model) to about 18 ms (the demo pair's 12-layer target), nearly independent of the batch,
+# model) to about 10 ms (the demo pair's 12-layer target), nearly independent of the batch,
 # most likely the cost of launching kernels from Python. These rows show the loop's overheads, not the GPU's
 # bandwidth.
 #

@@ -31,15 +31,16 @@ def test_backends_on_cuda_match_the_float64_specification(name, case, dtype):
 EVERY_DTYPE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-@pytest.mark.parametrize("head_dims,cases", [(None, 40), (256, 12)], ids=["every-dtype", "d256"])
-def test_the_oracle_passes_the_compiled_kernel(head_dims, cases):
+@pytest.mark.parametrize("head_dims", [None, 256], ids=["every-dtype", "d256"])
+def test_the_oracle_passes_the_compiled_kernel(head_dims):
     """The oracle's grid, random cases and large scores (which the hypothesis draws above do not reach) on the
     compiled kernel: every dtype at the head dims the CPU suite uses (float64 included: its scale must not travel
     as a float32 scalar), and again at head dim 256, the widest tile (BLOCK_D = 256). Wide tiles of wide dtypes must
-    fit in shared memory: float64 at head dim 128 once asked an H200 for 287,232 bytes of its 232,448 (``tile_sizes``)."""
+    fit in shared memory: float64 at head dim 128 once asked an H200 for 287,232 bytes of its 232,448
+    (``tile_sizes``)."""
     from minibass import oracle
 
-    verdict = oracle.check_attention(BACKENDS["ragged"], dtypes=EVERY_DTYPE, device="cuda", cases=cases,
+    verdict = oracle.check_attention(BACKENDS["ragged"], dtypes=EVERY_DTYPE, device="cuda", cases=40,
                                      head_dims=head_dims)
     assert verdict.ok, str(verdict)
 

@@ -73,7 +73,7 @@ class _Kernels:
         return cls.compiled
 
 
-TILE_BYTES = 32 * 1024  # one Q, K or V tile: 64 rows x 128 float32 or 64 x 256 float16 at most
+TILE_BYTES = 32 * 1024  # a Q, K or V tile's budget (64 x 128 float32, 64 x 256 float16); 16-row tiles may pass it
 
 
 def _next_power_of_2(n: int) -> int:

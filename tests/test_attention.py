@@ -239,6 +239,19 @@ def test_tiles_shrink_for_wide_dtypes_to_fit_shared_memory(itemsize, head_dim, r
     assert max(block_m, block_n) * block_d * itemsize <= TILE_BYTES or min(block_m, block_n) == 16
 
 
+@given(rows=st.integers(0, 600), group=st.sampled_from([1, 2, 3, 4, 8]), head_dim=st.integers(1, 256),
+       itemsize=st.sampled_from([2, 4, 8]))
+def test_every_tile_up_to_head_dim_256_fits_the_budget(rows, group, head_dim, itemsize):
+    """What the compiled kernel needs without a GPU to say so: for every dtype the kernel takes and every head
+    dim up to 256, each Q, K and V tile stays within TILE_BYTES, and every tile dimension is a power of two >= 16
+    (``tl.dot`` on a GPU)."""
+    from minibass.attention.ragged import TILE_BYTES, tile_sizes
+
+    block_m, block_n, block_d = tile_sizes(rows, group, head_dim, itemsize)
+    assert max(block_m, block_n) * block_d * itemsize <= TILE_BYTES
+    assert all(b >= 16 and b & (b - 1) == 0 for b in (block_m, block_n, block_d)) and block_d >= head_dim
+
+
 @pytest.mark.parametrize("dtype,block_n", [(torch.float16, 64), (torch.float32, 64), (torch.float64, 32)])
 def test_the_kernel_launches_with_the_tiles_of_its_dtype(monkeypatch, dtype, block_n):
     """The wrapper passes q's element size to ``tile_sizes``: at head dim 128, float64 gets 32-key tiles."""

@@ -105,6 +105,12 @@ else:
 # What to see: every query's error is at float32 rounding (around 1e-7) and nothing is NaN, though
 # every stale slot holds NaN (keys) or inf (values): the kernel never reads past `kv_lens`.
 #
+# The interpreter checks the kernel's arithmetic, not its resources. It has no shared memory to
+# run out of, and a GPU does: compiled on an H200, the kernel's 64-key tiles in float64 at head dim
+# 128 asked for 287,232 bytes of shared memory, where the chip has 232,448, and every such launch
+# failed. So `ragged.tile_sizes` now shrinks the tiles of wide dtypes (it takes the element size),
+# and `tests/test_cuda.py`, which runs only on a GPU, compiles the kernel for every dtype.
+#
 # ## Exercise
 #
 # Write the rescaling step: `online_softmax_step(m_i, l_i, acc, scores, v)` takes the state

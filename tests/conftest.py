@@ -39,6 +39,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def ragged_launches(monkeypatch) -> list:
+    """The 'ragged' backend's kernel replaced by a recorder (no kernel runs): each launch appends
+    ``(grid, args, constants)``, as ``kernel[grid](*args, **constants)`` would have received them."""
+    from minibass.attention.ragged import _Kernels
+
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **constants: launches.append((grid, args, constants))
+
+    monkeypatch.setattr(_Kernels, "get", classmethod(lambda cls, on_cpu: Recorder()))
+    return launches
+
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 

@@ -100,9 +100,10 @@ def test_the_kernel_visits_only_the_key_tiles_its_rows_can_see_and_cost_counts_t
     n_heads, n_kv_heads, head_dim = 8, 2, 16
     visits = visited_key_tiles(monkeypatch, q_lens, kv_lens, n_heads, n_kv_heads, head_dim)
     assert sorted(visits) == sorted(expected)  # one count per (sequence, kv head, row block) program
-    block_m, block_n, block_d = tile_sizes(max(q_lens), n_heads // n_kv_heads, head_dim)
+    itemsize = 4  # visited_key_tiles runs float32
+    block_m, block_n, block_d = tile_sizes(max(q_lens), n_heads // n_kv_heads, head_dim, itemsize)
     tile_flops = 4 * block_d * block_m * block_n  # one (BLOCK_M x BLOCK_N) tile of QK^T and PV over BLOCK_D
-    c = cost(q_lens, kv_lens, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
+    c = cost(q_lens, kv_lens, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim, bytes_per_element=itemsize)
     assert c.flops["ragged"] == tile_flops * sum(visits)
 
 

@@ -56,17 +56,11 @@ def test_a_forward_step_reads_no_device_value(backend):
     assert logits.device.type == "meta" and logits.shape == (4, CONFIG.vocab_size)
 
 
-def test_the_ragged_wrapper_reads_no_device_value(monkeypatch):
+def test_the_ragged_wrapper_reads_no_device_value(ragged_launches):
     """The same probe for ``ragged``, its kernel replaced by a recorder (no kernel runs on meta tensors):
     what the wrapper does around the launch (tile sizes, grid, strides, the launch's arguments) reads
     only shapes and the host values of the step's metadata. Needs no Triton."""
-    launches = []
-
-    class Recorder:  # kernel[grid](*args, **constants), as a Triton kernel is launched
-        def __getitem__(self, grid):
-            return lambda *args, **constants: launches.append((grid, args, constants))
-
-    monkeypatch.setattr(sys.modules["minibass.attention.ragged"]._Kernels, "get", classmethod(lambda cls, on_cpu: Recorder()))
+    launches = ragged_launches
     with torch.device("meta"):
         model = Decoder(CONFIG)
     logits = ragged_step(model, "ragged")

@@ -80,7 +80,7 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def tile_sizes(max_q_len: int, group: int, head_dim: int, itemsize: int = 2) -> tuple[int, int, int]:
+def tile_sizes(max_q_len: int, group: int, head_dim: int, itemsize: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D) of a launch: rows of (query, head in the group), keys, head dim.
 
     ``tl.dot`` needs every tile dimension >= 16 on a GPU. BLOCK_D is the head dim rounded up to a

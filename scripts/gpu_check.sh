@@ -6,7 +6,9 @@
 #      with the Triton kernel compiled for real, the demo pair decoding on CUDA) and the CUDA cases
 #      of tests/test_attention.py, with WORKERS pytest-xdist workers (default 8). On 2026-12-04 one
 #      process ran 80 of the 86 in 130 s; 8 workers ran all 86 in 18 s, but after the tile fix 85 in
-#      130 s, the one left not named (bench_results/gpu-check/README.md, runs 3-5);
+#      130 s, the one left not named (bench_results/gpu-check/README.md, runs 3-5). The step is verbose,
+#      so the log names every test that finished, and a test past 150 s fails with its stack
+#      (pytest-timeout);
 #   3. the GPU benchmarks: attention, speculative, decode ($RESULTS/*-cuda.json; copied into
 #      bench_results/, they are what the course's chapter 10 reads through minibass.course.gpu_results);
 #   4. the course's chapter 10, live on the GPU.
@@ -46,7 +48,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
 
 want() { [[ " ${STEPS:-sync tests attention speculative decode course} " == *" $1 "* ]]; }
 want sync && step sync 40 python scripts/gpu_sync_check.py
-want tests && step tests 180 python -m pytest -q -p no:cacheprovider -n "${WORKERS:-8}" tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
+want tests && step tests 180 python -m pytest -v -p no:cacheprovider -n "${WORKERS:-8}" -o timeout=150 --durations=15 \
+    tests/test_cuda.py tests/test_attention.py -k "${TESTS_K:-cuda}"
 want attention && step attention-cuda 55 python -m minibass.bench attention --device cuda --reps 10 \
     --out "$RESULTS/attention-cuda.json" --plot "$RESULTS/attention-cuda.png"
 want speculative && step speculative-cuda 190 python -m minibass.bench speculative --device cuda --batch-sizes 1 4 8 16 \

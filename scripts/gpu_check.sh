@@ -7,7 +7,7 @@
 #      of tests/test_attention.py, with WORKERS pytest-xdist workers (default 8). On 2026-12-04 one
 #      process ran 80 of the 86 in 130 s; 8 workers ran all 86 in 18 s, but after the tile fix 85 in
 #      130 s, the one left not named; on a fresh machine all 86 in 123 s, the two oracle tests
-#      taking 113 s of it on one worker, mostly compiling; split by dtype, all 92 in 62 s
+#      taking 113 s of it on one worker, likely most of it compiling; split by dtype, all 92 in 62 s
 #      (bench_results/gpu-check/README.md, runs 3-10). The step is verbose,
 #      so the log names every test that finished, and a test past 150 s fails with its stack
 #      (pytest-timeout);

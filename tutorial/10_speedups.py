@@ -117,7 +117,8 @@ for hw in cm.GPUS:
 
 # %% [markdown]
 # How to read the recorded GPU results (one H200, one run each; `docs/benchmarks.md` has them
-# all).
+# all, and sets a second run beside them: a speed-up moved by 0.05 in the median from one run to
+# the next, and by up to 0.29 at batch 1, so read the shapes of the curves, not their digits).
 #
 # *attention* is at Llama-7B shapes, where the work is real.
 # - From batch 4 to 64 the ragged kernel's time grows 1.6–3.6x by cell (2.6x in the median cell)

@@ -69,8 +69,11 @@ def ragged_batches(draw):
     return q_lens, kv_lens, n_kv_heads * group, n_kv_heads, head_dim, capacity
 
 
+EVERY_DTYPE = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # every dtype the backends take
+
+
 @pytest.mark.parametrize("name", sorted(BACKENDS))
-@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
+@given(case=ragged_batches(), dtype=st.sampled_from(EVERY_DTYPE))
 def test_backends_match_the_float64_specification(name, case, dtype):
     q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity = case
     assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity=capacity,

@@ -13,22 +13,19 @@ from hypothesis import given, settings, strategies as st
 
 import minibass
 from minibass.attention import BACKENDS
-from test_attention import GRID, assert_matches_reference, make_batch, ragged_batches
+from test_attention import EVERY_DTYPE, GRID, assert_matches_reference, make_batch, ragged_batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.sh)")
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 @settings(max_examples=25)
-@given(case=ragged_batches(), dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
+@given(case=ragged_batches(), dtype=st.sampled_from(EVERY_DTYPE))
 def test_backends_on_cuda_match_the_float64_specification(name, case, dtype):
     """Ragged, odd-sized batches with poisoned spare cache slots, each backend on CUDA tensors."""
     q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity = case
     assert_matches_reference(name, *make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity=capacity,
                                                dtype=dtype, device="cuda"))
-
-
-EVERY_DTYPE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 @pytest.mark.parametrize("dtype", EVERY_DTYPE, ids=lambda dtype: str(dtype).removeprefix("torch."))

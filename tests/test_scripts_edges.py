@@ -1,12 +1,13 @@
 """Edges of the research scripts in scripts/ and of the docs site's hook: grow_draft.py, pair_shapes.py,
-course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py, oracle_gallery.py, oracle_vllm.py,
-oracle_sglang.py and docs/hooks.py (grow_draft.py and verify_cost.py also have tests in test_zoo.py and
+course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py, host_work.py, oracle_gallery.py,
+oracle_vllm.py, oracle_sglang.py and docs/hooks.py (grow_draft.py and verify_cost.py also have tests in test_zoo.py and
 test_costmodel.py). Nothing here times anything or needs a GPU, vLLM or SGLang: timed calls, subprocesses, CUDA's
 sync-debug switch and the engines are stand-ins that record what the scripts ask of them, and the numbers a script
 prints are checked against what those stand-ins returned."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import runpy
 import sys
@@ -713,6 +714,77 @@ def test_an_engine_recipe_without_its_engine_or_a_gpu_says_so_and_exits_3_not_1(
     assert f"needs {dict(vllm='vLLM', sglang='SGLang')[engine]} and a CUDA GPU" in err
     assert (engine if missing == "engine" else "no CUDA device") in err and "nothing was checked" in err
     assert seen == {}
+
+
+# --- host_work.py ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--draft-length", "0"], ["--rounds", "0"],
+                                  ["--touch-mb", "4", "-1"]])
+def test_host_work_refuses_bad_options_before_loading_anything(argv, monkeypatch):
+    monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: pytest.fail("loaded the pair"))
+    with pytest.raises(ValueError, match="--batch, --draft-length and --rounds must be >= 1, --touch-mb >= 0"):
+        script("host_work")["main"](argv)
+
+
+def test_host_work_stand_ins_accept_every_draft_and_decode_as_regular_decoding_does():
+    """The stand-ins are models the loop takes as they are: the target's greedy tokens are the draft's, so every
+    draft is accepted (k + 1 tokens a step), and speculative decoding gives what regular decoding gives."""
+    stand_in = script("host_work")["StandIn"]
+    target, draft = stand_in(50, 0), stand_in(50, 0.5)
+    prompts, greedy = [[1, 2, 3], [4, 5], [49]], SamplingParams(temperature=0)
+    spec = minibass.speculative_generate(target, draft, prompts, 12, sampling=greedy, draft_length=3)
+    assert spec.tokens == minibass.generate(target, prompts, 12, sampling=greedy).tokens
+    assert spec.stats.accepted_tokens == spec.stats.proposed_tokens == 3 * 3 * 3
+    assert spec.stats.steps == 3  # 12 tokens, 4 a step
+    assert draft.weights.numel() * 4 == 2**19  # the half MB each call reads
+
+
+def test_host_work_per_step_is_wall_time_less_forward_time_over_the_steps(monkeypatch):
+    """Over the batches: the runs' wall times (prefill included, as in the demo's reading) less the seconds
+    inside both models' forward calls, over all the steps, in microseconds."""
+    g = script("host_work")["main"].__globals__  # what the script's functions read
+    runs = iter([(0.010, 4), (0.006, 4)])
+
+    def speculative_generate(target, draft, prompts, max_new_tokens, **kwargs):
+        assert kwargs["sampling"].greedy and kwargs["draft_length"] == 3 and max_new_tokens == 48
+        wall, steps = next(runs)
+        return SimpleNamespace(stats=SimpleNamespace(wall_time=wall, steps=steps))
+
+    @contextlib.contextmanager
+    def forward_clock(*models, device):
+        assert models == ("target", "draft") and device == "cpu"
+        yield {"seconds": 0.012}
+
+    monkeypatch.setattr(minibass, "speculative_generate", speculative_generate)
+    monkeypatch.setitem(g, "forward_clock", forward_clock)
+    assert g["host_us_per_step"]("target", "draft", [[[1]], [[2]]], 3) == pytest.approx(1e6 * 0.004 / 8)
+
+
+def test_host_work_prints_each_configurations_median_after_the_warm_up_round(monkeypatch, capsys):
+    """One row per --touch-mb and one for the demo pair: the median of the rounds after the first (a warm-up),
+    and that over the median regular step of the same rounds. Every configuration runs once in each round."""
+    g = script("host_work")["main"].__globals__
+    tokenizer = minibass.load_tokenizer(minibass.zoo.demo_paths()[0])
+    monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: (SimpleNamespace(vocab_size=64), "draft", tokenizer))
+    calls = []
+    host = {0: [9e9, 400, 420, 410], 5: [9e9, 800, 700, 900], "pair": [9e9, 1000, 1200, 1100]}
+    regular = iter([99.0, 4.0, 5.0, 3.0])
+
+    def host_us_per_step(target, draft, batches, k):
+        key = "pair" if draft == "draft" else round(target.weights.numel() * 4 / 2**20)  # MB the stand-ins read
+        calls.append(key)
+        assert k == 2 and [len(b) for b in batches] == [4, 4]
+        return host[key][sum(c == key for c in calls) - 1]
+
+    monkeypatch.setitem(g, "host_us_per_step", host_us_per_step)
+    monkeypatch.setitem(g, "regular_ms_per_step", lambda target, batches: next(regular))
+    g["main"](["--batch", "4", "--draft-length", "2", "--touch-mb", "0", "5", "--rounds", "3"])
+    assert calls == [0, 5, "pair"] * 4
+    out = capsys.readouterr().out
+    assert "batch 4, k = 2, 8 held-out prompts" in out and "median of 3 rounds" in out and "step (prefill included): 4.00 ms" in out
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert [(r[-3], r[-1]) for r in rows] == [("410", "0.102"), ("800", "0.200"), ("1100", "0.275")]
+    assert out.splitlines()[2].startswith("stand-ins, 0 MB read per call") and out.splitlines()[4].startswith("the demo pair")
 
 
 # --- docs/hooks.py -----------------------------------------------------------------------------------------------

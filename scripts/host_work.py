@@ -1,6 +1,6 @@
 """What the speculative loop's own host work costs per step: alone, and between real forward calls.
 
-    python scripts/host_work.py [--batch 1] [--draft-length 4] [--touch-mb 0 4 40] [--rounds 5]
+    python scripts/host_work.py [--batch 1] [--draft-length 4] [--touch-mib 0 4 40] [--rounds 5] [--threads N]
 
 The demo's reading counts as host work what a step spends outside the two models' forward calls:
 choosing the draft lengths, packing the tokens, the greedy picks, the rejection step, roll-back and
@@ -10,10 +10,10 @@ accounting (a run's wall time less the time inside forward calls, over its steps
 
 - stand-in models whose forward returns fixed logits at once (target and draft alike, so every
   draft is accepted and every step proposes ``--draft-length`` tokens): the loop's work on its own;
-- the same stand-ins, each call first reading ``--touch-mb`` MB of weights (one matrix-vector
-  product, timed as part of the call), as a real forward call does: its passage through the CPU's
-  caches evicts the loop's data and code, and what the loop pays for that shows here;
-- the demo pair (a 39 MB float32 target, a 4.8 MB draft), and its regular step for scale.
+- the same stand-ins, each call first reading ``--touch-mib`` MiB of weights (one matrix-vector
+  product, timed as part of the call), as a real forward call does: what the loop's work costs after
+  that has passed through the CPU's caches shows here;
+- the demo pair (a 36.9 MiB float32 target, a 4.5 MiB draft), and its regular step for scale.
 
 Every configuration runs once per round, in turn, so that a slow spell of the machine falls on all
 of them; each row is the median over ``--rounds``.
@@ -34,14 +34,15 @@ from minibass.cache import KVCache
 
 class StandIn:
     """A ``CausalLM`` with no layers: the logits of a token are a fixed random row, so the greedy
-    continuation of every token is fixed; each call first reads ``touch_mb`` MB of weights."""
+    continuation of every token is fixed; each call first reads ``touch_mib`` MiB of weights (at least
+    one row of 1 KiB)."""
 
     max_seq_len = 1 << 20
 
-    def __init__(self, vocab_size: int, touch_mb: float):
+    def __init__(self, vocab_size: int, touch_mib: float):
         self.vocab_size = vocab_size
         self.rows = torch.randn(64, vocab_size, generator=torch.Generator().manual_seed(0))  # (64, V)
-        self.weights = torch.randn(max(1, int(touch_mb * 2**20 / 4 / 256)), 256)  # float32, touch_mb MB
+        self.weights = torch.randn(max(1, int(touch_mib * 2**20 / 4 / 256)), 256)  # float32 rows of 1 KiB
 
     def init_cache(self, batch_size: int, capacity: int) -> KVCache:
         return KVCache(0, batch_size, 1, capacity, 1)  # no layers: only the lengths
@@ -54,17 +55,18 @@ class StandIn:
 
 def host_us_per_step(target, draft, batches, k) -> float:
     """Microseconds per step outside both models' forward calls, over the demo's batches."""
-    host, steps = 0.0, 0
+    wall, steps = 0.0, 0
     greedy = minibass.SamplingParams(temperature=0)
     with forward_clock(target, draft, device="cpu") as inside:
         for prompts in batches:
             result = minibass.speculative_generate(target, draft, prompts, 48, sampling=greedy, draft_length=k)
-            host += result.stats.wall_time
+            wall += result.stats.wall_time
             steps += result.stats.steps
-    return 1e6 * (host - inside["seconds"]) / steps
+    return 1e6 * (wall - inside["seconds"]) / steps
 
 
 def regular_ms_per_step(target, batches) -> float:
+    """Milliseconds per step of regular greedy decoding over the demo's batches (prefill included)."""
     wall, steps = 0.0, 0
     for prompts in batches:
         result = minibass.generate(target, prompts, 48, sampling=minibass.SamplingParams(temperature=0))
@@ -76,16 +78,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--draft-length", type=int, default=4)
-    parser.add_argument("--touch-mb", type=float, nargs="+", default=[0, 4, 40],
-                        help="MB of weights each stand-in call reads (0: none)")
+    parser.add_argument("--touch-mib", type=float, nargs="+", default=[0, 4, 40],
+                        help="MiB of weights each stand-in call reads (0: one row of 1 KiB)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's own choice)")
     args = parser.parse_args(argv)
-    if args.batch < 1 or args.draft_length < 1 or args.rounds < 1 or min(args.touch_mb) < 0:
-        raise ValueError("--batch, --draft-length and --rounds must be >= 1, --touch-mb >= 0")
+    if min(args.batch, args.draft_length, args.rounds, 1 if args.threads is None else args.threads) < 1 \
+            or min(args.touch_mib) < 0:
+        raise ValueError("--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib >= 0")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     target, draft, tokenizer = zoo.load_demo_pair()
     batches = zoo.demo_batches(tokenizer, args.batch)
-    pairs = {f"stand-ins, {mb:g} MB read per call": (StandIn(target.vocab_size, mb), StandIn(target.vocab_size, mb))
-             for mb in args.touch_mb}
+    pairs = {f"stand-ins, {mib:g} MiB read per call": (StandIn(target.vocab_size, mib), StandIn(target.vocab_size, mib))
+             for mib in args.touch_mib}
     pairs["the demo pair"] = (target, draft)
     times = {name: [] for name in pairs}
     regular = []

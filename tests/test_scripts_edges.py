@@ -718,11 +718,12 @@ def test_an_engine_recipe_without_its_engine_or_a_gpu_says_so_and_exits_3_not_1(
 
 # --- host_work.py ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [["--batch", "0"], ["--draft-length", "0"], ["--rounds", "0"],
-                                  ["--touch-mb", "4", "-1"]])
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--draft-length", "0"], ["--rounds", "0"], ["--threads", "0"],
+                                  ["--touch-mib", "4", "-1"]])
 def test_host_work_refuses_bad_options_before_loading_anything(argv, monkeypatch):
     monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: pytest.fail("loaded the pair"))
-    with pytest.raises(ValueError, match="--batch, --draft-length and --rounds must be >= 1, --touch-mb >= 0"):
+    message = "--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib >= 0"
+    with pytest.raises(ValueError, match=message):
         script("host_work")["main"](argv)
 
 
@@ -736,7 +737,7 @@ def test_host_work_stand_ins_accept_every_draft_and_decode_as_regular_decoding_d
     assert spec.tokens == minibass.generate(target, prompts, 12, sampling=greedy).tokens
     assert spec.stats.accepted_tokens == spec.stats.proposed_tokens == 3 * 3 * 3
     assert spec.stats.steps == 3  # 12 tokens, 4 a step
-    assert draft.weights.numel() * 4 == 2**19  # the half MB each call reads
+    assert draft.weights.numel() * 4 == 2**19 and target.weights.numel() * 4 == 1024  # half a MiB; one row for 0
 
 
 def test_host_work_per_step_is_wall_time_less_forward_time_over_the_steps(monkeypatch):
@@ -760,31 +761,76 @@ def test_host_work_per_step_is_wall_time_less_forward_time_over_the_steps(monkey
     assert g["host_us_per_step"]("target", "draft", [[[1]], [[2]]], 3) == pytest.approx(1e6 * 0.004 / 8)
 
 
+def test_host_work_counts_a_stand_ins_weight_read_as_forward_time(monkeypatch):
+    """With the real forward clock: every call of either stand-in, weight read included, is forward time, so a
+    run whose calls each take 1 s by the clock has host work of (wall time - 1 s x calls) / steps."""
+    from minibass.bench import common
+
+    g = script("host_work")["main"].__globals__
+    calls = []
+
+    def timed(fn, *, device):
+        calls.append(device)
+        return 1.0, fn()
+
+    monkeypatch.setattr(common, "timed", timed)
+    stand_in = g["StandIn"]
+    target, draft = stand_in(50, 0.01), stand_in(50, 0.01)
+    walls = []
+    real = minibass.speculative_generate
+    monkeypatch.setattr(minibass, "speculative_generate",
+                        lambda *a, **kw: walls.append(real(*a, **kw)) or walls[-1])
+    us = g["host_us_per_step"](target, draft, [[[1, 2, 3]], [[4, 5]]], 2)
+    steps = sum(r.stats.steps for r in walls)
+    assert len(calls) == sum(r.stats.target_calls + r.stats.draft_calls for r in walls) > 0
+    assert set(calls) == {"cpu"}
+    assert us == pytest.approx(1e6 * (sum(r.stats.wall_time for r in walls) - len(calls)) / steps)
+
+
+def test_host_work_regular_step_is_wall_time_over_steps(monkeypatch):
+    """The regular step: regular greedy decoding's wall time (prefill included) over its steps, over the batches."""
+    g = script("host_work")["main"].__globals__
+    runs = iter([(0.030, 10), (0.010, 10)])
+
+    def generate(model, prompts, max_new_tokens, *, sampling):
+        assert model == "target" and max_new_tokens == 48 and sampling.greedy
+        wall, steps = next(runs)
+        return SimpleNamespace(stats=SimpleNamespace(wall_time=wall, steps=steps))
+
+    monkeypatch.setattr(minibass, "generate", generate)
+    assert g["regular_ms_per_step"]("target", [[[1]], [[2]]]) == pytest.approx(1e3 * 0.040 / 20)
+
+
 def test_host_work_prints_each_configurations_median_after_the_warm_up_round(monkeypatch, capsys):
-    """One row per --touch-mb and one for the demo pair: the median of the rounds after the first (a warm-up),
-    and that over the median regular step of the same rounds. Every configuration runs once in each round."""
+    """One row per --touch-mib and one for the demo pair: the median of the rounds after the first (a warm-up),
+    and that over the median regular step of the same rounds. Every configuration runs once in each round;
+    --threads reaches torch."""
     g = script("host_work")["main"].__globals__
     tokenizer = minibass.load_tokenizer(minibass.zoo.demo_paths()[0])
     monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: (SimpleNamespace(vocab_size=64), "draft", tokenizer))
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
     calls = []
     host = {0: [9e9, 400, 420, 410], 5: [9e9, 800, 700, 900], "pair": [9e9, 1000, 1200, 1100]}
     regular = iter([99.0, 4.0, 5.0, 3.0])
 
     def host_us_per_step(target, draft, batches, k):
-        key = "pair" if draft == "draft" else round(target.weights.numel() * 4 / 2**20)  # MB the stand-ins read
+        key = "pair" if draft == "draft" else round(target.weights.numel() * 4 / 2**20)  # MiB the stand-ins read
         calls.append(key)
         assert k == 2 and [len(b) for b in batches] == [4, 4]
         return host[key][sum(c == key for c in calls) - 1]
 
     monkeypatch.setitem(g, "host_us_per_step", host_us_per_step)
     monkeypatch.setitem(g, "regular_ms_per_step", lambda target, batches: next(regular))
-    g["main"](["--batch", "4", "--draft-length", "2", "--touch-mb", "0", "5", "--rounds", "3"])
-    assert calls == [0, 5, "pair"] * 4
+    g["main"](["--batch", "4", "--draft-length", "2", "--touch-mib", "0", "5", "--rounds", "3", "--threads", "1"])
+    assert calls == [0, 5, "pair"] * 4 and threads == [1]
     out = capsys.readouterr().out
-    assert "batch 4, k = 2, 8 held-out prompts" in out and "median of 3 rounds" in out and "step (prefill included): 4.00 ms" in out
-    rows = [line.split() for line in out.splitlines()[2:]]
-    assert [(r[-3], r[-1]) for r in rows] == [("410", "0.102"), ("800", "0.200"), ("1100", "0.275")]
-    assert out.splitlines()[2].startswith("stand-ins, 0 MB read per call") and out.splitlines()[4].startswith("the demo pair")
+    assert "batch 4, k = 2, 8 held-out prompts" in out and "median of 3 rounds" in out
+    assert "step (prefill included): 4.00 ms" in out
+    lines = out.splitlines()
+    assert [(line.split()[-3], line.split()[-1]) for line in lines[2:]] == [
+        ("410", "0.102"), ("800", "0.200"), ("1100", "0.275")]
+    assert lines[2].startswith("stand-ins, 0 MiB read per call") and lines[4].startswith("the demo pair")
 
 
 # --- docs/hooks.py -----------------------------------------------------------------------------------------------

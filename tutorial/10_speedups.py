@@ -69,6 +69,15 @@ plt.show()
 # verify call costs more regular steps, both curves fall. How fast that happens depends on the
 # machine, which is why the costs are measured rather than assumed.
 #
+# A second effect the formula leaves out shows at every batch size: the loop's own work on the host
+# between the calls (choosing the lengths, the greedy picks or the rejection step, roll-back,
+# bookkeeping). `make demo`'s reading prices it. On the 2-core CPU where minibass's numbers were taken,
+# with the demo pair at batch 1, it came to about a quarter of a regular step per step. That is twice
+# what the same code costs with stand-in models that return at once. The likely reason is that each
+# forward call sweeps the model's weights through the CPU's caches, so the bookkeeping that follows
+# starts cold (`scripts/host_work.py` measures it; `docs/demo-pair.md`, "The host work costs twice
+# what it does alone").
+#
 # ## GPU timings
 
 # %%

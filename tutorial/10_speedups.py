@@ -69,16 +69,20 @@ plt.show()
 # verify call costs more regular steps, both curves fall. How fast that happens depends on the
 # machine, which is why the costs are measured rather than assumed.
 #
-# The costs above are timed inside the loop (`measure_run`): the verify's share of a step includes the
-# rejection step and the roll-back, and a draft call includes its bookkeeping. So the loop's own work
-# on the host is already in the prediction. Calls timed alone leave it out, as `make demo`'s probes do.
-# On the 2-core CPU where minibass's numbers were taken, its reading at batch 1 priced that work at
-# about a quarter of a regular step per step. From the probes it predicted 1.77–1.78x where the demo
-# measured 1.45x with k = 4; the host work is most of that gap, and the calls themselves cost more
-# inside the loop than alone (a verify of 5 tokens 1.44–1.47 regular steps against the probes'
-# 1.33–1.34). That work costs more than twice as much there as it does with stand-in models that
-# return at once. The likely reason is that each forward call sweeps the model's weights through the
-# CPU's caches, so the bookkeeping that follows starts cold (`scripts/host_work.py` measures it;
+# The costs above are timed inside the loop (`measure_run` in `minibass/course/checks.py`): a step's
+# verify share includes the rejection step, emitting and roll-back, and a draft call includes its
+# sampling and packing. So nearly all of the loop's own work on the host is in the prediction; only
+# the choice of lengths and the counting between steps (and the prefill) are left out. That is why the
+# two curves can agree at batch 1. A prediction from calls timed alone comes out high:
+# `python -m minibass demo --batch-size 1` (which `make demo` does not run) also times each call alone
+# ("measured now" in its output), and on the 2-core CPU where minibass's numbers were taken, those
+# probes predicted 1.77–1.78× in three runs where the demo measured 1.45× with k = 4. Its reading priced the loop's host work at about a quarter
+# of a regular step per step (greedy decoding, which compares tokens; the sampled runs above do more),
+# most of that gap.
+#
+# With the demo pair, that work costs about 2.4 times what it costs with stand-in models that return
+# at once. The likely reason is that each forward call sweeps the model's weights through the CPU's
+# caches, so the bookkeeping that follows starts cold (`scripts/host_work.py` measures it;
 # `docs/demo-pair.md`, "The host work costs twice what it does alone").
 #
 # ## GPU timings

@@ -16,6 +16,7 @@ Two rules matter for speculative decoding and are kept here in one place:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -144,11 +145,13 @@ def greedy_tokens(logits: Tensor) -> Tensor:
     (``max(-1)``, the same ties as argmax, faster on CPUs). A row whose maximum is NaN or infinite raises a
     ValueError, as ``sample_from`` does, rather than returning the index of a NaN."""
     values, tokens = logits.max(-1)
-    finite = torch.isfinite(values)
-    if not bool(finite.all()):  # one wait for the device, after the work is queued (the caller reads the tokens next)
-        raise ValueError(f"cannot decode greedily: rows {(~finite).flatten().nonzero().flatten().tolist()[:5]} of the "
-                         "logits have a NaN or infinite maximum (did the model return non-finite logits, e.g. a "
-                         "float16 overflow?)")
+    # One number read (one wait for the device, after the work is queued): the sum of the maxima is finite
+    # unless one of them is NaN or infinite, or large finite maxima overflow it, which the row check clears.
+    if not math.isfinite(values.sum()):
+        bad = (~torch.isfinite(values)).flatten().nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(f"cannot decode greedily: rows {bad[:5]} of the logits have a NaN or infinite maximum "
+                             "(did the model return non-finite logits, e.g. a float16 overflow?)")
     return tokens
 
 

@@ -11,7 +11,7 @@ from hypothesis import example, given, strategies as st
 
 import minibass
 from minibass.oracle import stats
-from minibass.sampling import SamplingParams, SeedStreams, probs, sample_from
+from minibass.sampling import SamplingParams, SeedStreams, greedy_tokens, probs, sample_from
 from conftest import hf_tiny
 
 ALPHA = 1e-6  # false-alarm rate of every statistical test in this file
@@ -283,3 +283,33 @@ def test_uniform_ragged_draws_from_the_named_rows_streams():
     want = torch.zeros(2, 3, dtype=torch.float64)
     want[0, :2], want[1, :1] = ref.uniform([2], 2)[0], ref.uniform([0], 1)[0]
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_greedy_tokens_name_each_row_whose_maximum_is_not_finite(bad, dtype):
+    """A NaN anywhere in a row, +inf anywhere, or -inf everywhere makes its maximum non-finite: those rows are
+    named (the first five), the others decode to the first index of their maximum."""
+    logits = torch.randn(8, 11, generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert torch.equal(greedy_tokens(logits), logits.float().argmax(-1))
+    rows = [1, 3, 4, 5, 6, 7]
+    for row in rows:
+        if bad == -float("inf"):
+            logits[row] = bad
+        else:
+            logits[row, row] = bad
+    with pytest.raises(ValueError, match=r"cannot decode greedily: rows \[1, 3, 4, 5, 6\] of the logits"):
+        greedy_tokens(logits)
+    with pytest.raises(ValueError, match=r"rows \[0\]"):
+        greedy_tokens(logits[7])  # one row: [V] -> a 0-d token
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_greedy_tokens_take_finite_maxima_whose_sum_overflows(dtype):
+    """The check reads one sum of the maxima; large finite maxima overflow it, and are still decoded, not refused."""
+    top = torch.finfo(dtype).max
+    logits = torch.full((3, 5), top / 2, dtype=dtype)
+    logits[:, 2] = top
+    assert not math.isfinite(logits.max(-1).values.sum())
+    assert greedy_tokens(logits).tolist() == [2, 2, 2]
+

@@ -145,9 +145,10 @@ def greedy_tokens(logits: Tensor) -> Tensor:
     (``max(-1)``, the same ties as argmax, faster on CPUs). A row whose maximum is NaN or infinite raises a
     ValueError, as ``sample_from`` does, rather than returning the index of a NaN."""
     values, tokens = logits.max(-1)
-    # One number read (one wait for the device, after the work is queued): the sum of the maxima is finite
-    # unless one of them is NaN or infinite, or large finite maxima overflow it, which the row check clears.
-    if not math.isfinite(values.sum()):
+    # One number read (one wait for the device, after the work is queued): the sum of the maxima, in float32 at
+    # least (a float16 sum of a few thousand rows would overflow), is finite unless one of them is NaN or
+    # infinite. If large finite maxima overflow it, the row check finds no bad row and the tokens are returned.
+    if not math.isfinite(values.sum(dtype=torch.promote_types(values.dtype, torch.float32))):
         bad = (~torch.isfinite(values)).flatten().nonzero().flatten().tolist()
         if bad:
             raise ValueError(f"cannot decode greedily: rows {bad[:5]} of the logits have a NaN or infinite maximum "

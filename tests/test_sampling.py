@@ -304,12 +304,23 @@ def test_greedy_tokens_name_each_row_whose_maximum_is_not_finite(bad, dtype):
         greedy_tokens(logits[7])  # one row: [V] -> a 0-d token
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])  # float16 sums in float32: below
 def test_greedy_tokens_take_finite_maxima_whose_sum_overflows(dtype):
-    """The check reads one sum of the maxima; large finite maxima overflow it, and are still decoded, not refused."""
+    """The check reads one sum of the maxima (in float32 at least); large finite maxima overflow it, and are still
+    decoded, not refused."""
     top = torch.finfo(dtype).max
     logits = torch.full((3, 5), top / 2, dtype=dtype)
     logits[:, 2] = top
-    assert not math.isfinite(logits.max(-1).values.sum())
+    assert not math.isfinite(logits.max(-1).values.sum(dtype=torch.promote_types(dtype, torch.float32)))
     assert greedy_tokens(logits).tolist() == [2, 2, 2]
+
+
+def test_greedy_tokens_sum_half_precision_maxima_in_float32(monkeypatch):
+    """Thousands of float16 rows with maxima of 30 overflow a float16 sum (65504) but not the float32 one: the
+    check stays one sum and one read (the row check, torch.isfinite, is not reached), and the tokens come back."""
+    logits = torch.zeros(3000, 4, dtype=torch.float16)
+    logits[:, 1] = 30
+    assert not math.isfinite(logits.max(-1).values.sum())
+    monkeypatch.setattr(torch, "isfinite", lambda t: pytest.fail("the row check ran"))
+    assert greedy_tokens(logits).tolist() == [1] * 3000
 

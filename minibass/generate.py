@@ -195,7 +195,11 @@ def finished_after(new_tokens: list[int], max_new_tokens: int, eos: tuple[int, .
     return len(new_tokens) >= max_new_tokens or (eos is not None and bool(new_tokens) and new_tokens[-1] in eos)
 
 
-@torch.no_grad()
+# inference_mode rather than no_grad: nothing in decoding is differentiated, and it also drops autograd's
+# version counters and view tracking from every tensor operation. A small model's step on a CPU is mostly
+# such per-operation work: decoding the demo pair takes about an eighth less time (scripts/grad_mode.py,
+# docs/design.md). The tensors made inside never leave: the result holds lists.
+@torch.inference_mode()
 def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
              sampling: SamplingParams = SamplingParams(), seed=None, attention: str | None = None,
              eos_token_id: int | Sequence[int] | None = None) -> GenerationResult:

@@ -243,6 +243,11 @@ class Decoder(nn.Module):
 
         attention: a key of ``minibass.attention.BACKENDS``, or None for
         ``default_backend(device)``: "ragged" on CUDA when Triton imports, "padded" on a CPU.
+
+        Runs under ``no_grad``, so the logits are ordinary tensors a caller may edit in place.
+        ``generate`` and ``speculative_generate`` call it under ``torch.inference_mode()``, which
+        skips autograd's bookkeeping too and makes each call cheaper on a CPU; a decoding loop of
+        your own can do the same.
         """
         device = self.lm_head.weight.device
         name = resolve_backend(attention, device)

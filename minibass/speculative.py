@@ -284,7 +284,7 @@ def _prefill(target, draft, prompts, capacity, attention) -> LoopState:
     return s
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as ``generate``: no autograd bookkeeping at all; the result holds lists
 def speculative_generate(target, draft, prompts: list[list[int]], max_new_tokens: int, *,
                          sampling: SamplingParams = SamplingParams(), draft_length=4, seed=None,
                          attention: str | None = None, eos_token_id: int | Sequence[int] | None = None,

@@ -193,3 +193,28 @@ def test_sampled_sequences_keep_their_own_streams_when_others_stop(model):
     for eos in {full[0][1], full[1][1], full[2][1]}:
         cut = minibass.generate(model, PROMPTS, 9, eos_token_id=eos, **kw).tokens
         assert cut == [t[:t.index(eos) + 1] if eos in t else t for t in full], eos
+
+
+def test_the_loops_run_their_models_under_inference_mode_and_forward_alone_returns_ordinary_tensors(model):
+    """``generate`` and ``speculative_generate`` call the models under ``torch.inference_mode()`` (no autograd
+    bookkeeping at all: cheaper on a CPU) and return lists; ``Decoder.forward`` called on its own runs under
+    ``no_grad`` only, so the logits it returns can be edited in place."""
+    seen = []
+    forward = Decoder.forward
+
+    def recording(self, *args, **kwargs):
+        seen.append(torch.is_inference_mode_enabled())
+        return forward(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Decoder, "forward", recording)
+        result = minibass.generate(model, PROMPTS, 3, seed=0)
+        speculative = minibass.speculative_generate(model, model, PROMPTS, 3, seed=0, draft_length=2)
+    assert seen and all(seen)
+    assert all(type(t) is int for r in (result, speculative) for row in r.tokens for t in row)
+    assert not torch.is_inference_mode_enabled()
+    cache = model.init_cache(1, 8)
+    logits = model.forward(torch.tensor([1, 2]), torch.tensor([2]), cache)
+    assert not logits.is_inference() and not cache.lengths.is_inference()
+    logits[:, 0] = float("-inf")  # an inference tensor would refuse this outside inference mode
+    cache.truncate([1])

@@ -1,9 +1,9 @@
 """Edges of the research scripts in scripts/ and of the docs site's hook: grow_draft.py, pair_shapes.py,
-course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py, host_work.py, oracle_gallery.py,
-oracle_vllm.py, oracle_sglang.py and docs/hooks.py (grow_draft.py and verify_cost.py also have tests in test_zoo.py and
-test_costmodel.py). Nothing here times anything or needs a GPU, vLLM or SGLang: timed calls, subprocesses, CUDA's
-sync-debug switch and the engines are stand-ins that record what the scripts ask of them, and the numbers a script
-prints are checked against what those stand-ins returned."""
+course_times.py, g_test_false_alarms.py, gpu_sync_check.py, verify_cost.py, host_work.py, grad_mode.py,
+oracle_gallery.py, oracle_vllm.py, oracle_sglang.py and docs/hooks.py (grow_draft.py and verify_cost.py also have
+tests in test_zoo.py and test_costmodel.py). Nothing here times anything or needs a GPU, vLLM or SGLang: timed calls,
+subprocesses, CUDA's sync-debug switch and the engines are stand-ins that record what the scripts ask of them, and
+the numbers a script prints are checked against what those stand-ins returned."""
 
 from __future__ import annotations
 
@@ -831,6 +831,85 @@ def test_host_work_prints_each_configurations_median_after_the_warm_up_round(mon
     assert [(line.split()[-3], line.split()[-1]) for line in lines[2:]] == [
         ("410", "0.102"), ("800", "0.200"), ("1100", "0.275")]
     assert lines[2].startswith("stand-ins, 0 MiB read per call") and lines[4].startswith("the demo pair")
+
+
+# --- grad_mode.py ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--draft-length", "0"], ["--rounds", "0"]])
+def test_grad_mode_refuses_bad_options_before_loading_anything(argv, monkeypatch):
+    monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: pytest.fail("loaded the pair"))
+    with pytest.raises(ValueError, match="--batch, --draft-length and --rounds must be >= 1"):
+        script("grad_mode")["main"](argv)
+
+
+def test_grad_mode_compares_the_shipped_loops_with_their_bodies_under_no_grad():
+    """inference_mode: minibass's own functions; no_grad: the same bodies with inference mode off and grad off.
+    Both decode the same tokens."""
+    runs = script("grad_mode")["modes"]()
+    assert runs["inference_mode"] == (minibass.generate, minibass.speculative_generate)
+    model = minibass.TableLM.random(6, order=1, seed=3)
+    modes = []
+    forward = model.forward
+
+    def recording(*args, **kwargs):
+        modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
+        return forward(*args, **kwargs)
+
+    model.forward = recording
+    greedy = SamplingParams(temperature=0)
+    tokens = {}
+    for name, (regular, speculative) in runs.items():
+        modes.clear()
+        tokens[name] = (regular(model, [[1, 2]], 5, sampling=greedy).tokens,
+                        speculative(model, model, [[1, 2]], 5, sampling=greedy, draft_length=2).tokens)
+        assert modes and set(modes) == {(True, False) if name == "inference_mode" else (False, False)}
+    assert tokens["inference_mode"] == tokens["no_grad"]
+
+
+def test_grad_mode_times_each_run_over_the_batches_with_fresh_rotary_tables():
+    """One run: every batch, 48 greedy tokens, regular decoding when k is None and speculative with k otherwise;
+    both models' rotary tables are dropped first, so that each run builds its own in its own mode."""
+    seconds = script("grad_mode")["seconds"]
+    target, draft = SimpleNamespace(rope_cache="old"), SimpleNamespace(rope_cache="old")
+    calls = []
+
+    def run(*args, sampling, **kwargs):
+        assert sampling.greedy and target.rope_cache is None and draft.rope_cache is None
+        calls.append((args, kwargs))
+
+    batches = [[[1, 2]], [[3]]]
+    assert seconds(run, target, draft, batches, None) >= 0
+    assert calls == [((target, [[1, 2]], 48), {}), ((target, [[3]], 48), {})]
+    calls.clear()
+    seconds(run, target, draft, batches, 3)
+    assert calls == [((target, draft, b, 48), {"draft_length": 3}) for b in batches]
+
+
+def test_grad_mode_prints_the_medians_after_the_warm_up_round_and_their_ratios(monkeypatch, capsys):
+    """Each round runs both modes, in an order that alternates; the first round is dropped; the speed-up is
+    the regular median over the speculative one, and the last lines inference_mode over no_grad."""
+    g = script("grad_mode")["main"].__globals__
+    tokenizer = minibass.load_tokenizer(minibass.zoo.demo_paths()[0])
+    monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: ("target", "draft", tokenizer))
+    monkeypatch.setitem(g, "modes", lambda: {"inference_mode": ("gen-i", "spec-i"), "no_grad": ("gen-n", "spec-n")})
+    times = {"gen-i": [99, 2.0, 1.0, 3.0], "spec-i": [99, 1.0, 2.0, 1.5],
+             "gen-n": [99, 4.0, 2.0, 3.0], "spec-n": [99, 2.0, 2.5, 3.0]}
+    order = []
+
+    def seconds(run, target, draft, batches, k):
+        assert (target, draft, [len(b) for b in batches]) == ("target", "draft", [2, 2, 2, 2])
+        assert k == (None if run.startswith("gen") else 3)
+        order.append(run)
+        return times[run][sum(r == run for r in order) - 1]
+
+    monkeypatch.setitem(g, "seconds", seconds)
+    g["main"](["--batch", "2", "--draft-length", "3", "--rounds", "3"])
+    assert order == (["gen-n", "spec-n", "gen-i", "spec-i", "gen-i", "spec-i", "gen-n", "spec-n"] * 2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("batch 2, k = 3, 8 held-out prompts") and "median of 3 rounds" in lines[0]
+    assert lines[2].split() == ["inference_mode", "2.000", "1.500", "1.33x"]
+    assert lines[3].split() == ["no_grad", "3.000", "2.500", "1.20x"]
+    assert lines[4:] == ["inference_mode / no_grad, regular: 0.667", "inference_mode / no_grad, speculative: 0.600"]
 
 
 # --- docs/hooks.py -----------------------------------------------------------------------------------------------

@@ -196,9 +196,9 @@ def finished_after(new_tokens: list[int], max_new_tokens: int, eos: tuple[int, .
 
 
 # inference_mode rather than no_grad: nothing in decoding is differentiated, and it also drops autograd's
-# version counters and view tracking from every tensor operation. A small model's step on a CPU is mostly
-# such per-operation work: decoding the demo pair takes about an eighth less time (scripts/grad_mode.py,
-# docs/design.md). The tensors made inside never leave: the result holds lists.
+# version counters and view tracking from every tensor operation, much of a small model's step on a CPU
+# (scripts/grad_mode.py, docs/design.md#inference-mode). Nothing made here leaves it: the result holds lists,
+# and the model keeps its rotary tables as ordinary tensors (Decoder.rope).
 @torch.inference_mode()
 def generate(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, *,
              sampling: SamplingParams = SamplingParams(), seed=None, attention: str | None = None,

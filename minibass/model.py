@@ -244,7 +244,8 @@ class Decoder(nn.Module):
         attention: a key of ``minibass.attention.BACKENDS``, or None for
         ``default_backend(device)``: "ragged" on CUDA when Triton imports, "padded" on a CPU.
 
-        Runs under ``no_grad``, so the logits are ordinary tensors a caller may edit in place.
+        Runs under ``no_grad``, not inference mode, so the logits are ordinary tensors a caller may edit
+        in place.
         ``generate`` and ``speculative_generate`` call it under ``torch.inference_mode()``, which
         skips autograd's bookkeeping too and makes each call cheaper on a CPU; a decoding loop of
         your own can do the same.
@@ -267,7 +268,9 @@ class Decoder(nn.Module):
         cached = self.rope_cache
         if cached is None or len(cached[0]) < length or cached[0].dtype != dtype or cached[0].device != positions.device:
             size = min(max(2 * length, 256), self.max_seq_len)  # length <= max_seq_len: check_step saw to it
-            self.rope_cache = rope_tables(torch.arange(size, device=positions.device), self.inv_freq, dtype)
+            # Ordinary tensors even when the loops call under inference mode: they stay on the model.
+            with torch.inference_mode(False), torch.no_grad():
+                self.rope_cache = rope_tables(torch.arange(size, device=positions.device), self.inv_freq, dtype)
         cos, sin = self.rope_cache
         return cos[positions], sin[positions]  # (N, 1, D) each
 

@@ -168,6 +168,19 @@ def test_call_ms_takes_the_median_of_the_calls_after_the_warm_up(tmp_path, monke
     assert cache.lengths.tolist() == [5, 5]
 
 
+def test_call_ms_times_the_calls_under_inference_mode_as_the_loops_make_them(tmp_path, monkeypatch):
+    """Every call runs under inference mode, as ``generate`` and ``speculative_generate`` make it; the cache's
+    lengths are rolled back outside it, so the caller's cache keeps ordinary tensors."""
+    model = minibass.load_model(tiny_llama(tmp_path / "m"))
+    cache = common.filled_cache(model, 2, 5, 8)
+    modes = []
+    forward = type(model).forward
+    monkeypatch.setattr(type(model), "forward",
+                        lambda self, *a, **kw: modes.append(torch.is_inference_mode_enabled()) or forward(self, *a, **kw))
+    common.call_ms(model, 2, 5, 3, reps=3, cache=cache)
+    assert modes == [True] * 6 and not cache.lengths.is_inference()
+
+
 def test_call_costs_price_draft_and_verify_as_per_round_ratios_to_the_median_regular_step(monkeypatch):
     """A slow spell lasts a round: each round's draft and verify are divided by that round's regular step."""
     target, draft = object(), object()

@@ -197,10 +197,12 @@ def test_sampled_sequences_keep_their_own_streams_when_others_stop(model):
 
 def test_the_loops_run_their_models_under_inference_mode_and_forward_alone_returns_ordinary_tensors(model):
     """``generate`` and ``speculative_generate`` call the models under ``torch.inference_mode()`` (no autograd
-    bookkeeping at all: cheaper on a CPU) and return lists; ``Decoder.forward`` called on its own runs under
-    ``no_grad`` only, so the logits it returns can be edited in place."""
+    bookkeeping at all: cheaper on a CPU), return lists and leave the model's rotary tables ordinary tensors;
+    ``Decoder.forward`` called on its own runs under ``no_grad`` only, so the logits it returns carry no graph
+    and can be edited in place."""
     seen = []
     forward = Decoder.forward
+    model.rope_cache = None  # built afresh inside the loops
 
     def recording(self, *args, **kwargs):
         seen.append(torch.is_inference_mode_enabled())
@@ -212,9 +214,8 @@ def test_the_loops_run_their_models_under_inference_mode_and_forward_alone_retur
         speculative = minibass.speculative_generate(model, model, PROMPTS, 3, seed=0, draft_length=2)
     assert seen and all(seen)
     assert all(type(t) is int for r in (result, speculative) for row in r.tokens for t in row)
-    assert not torch.is_inference_mode_enabled()
+    assert model.rope_cache is not None and not any(t.is_inference() for t in model.rope_cache)
     cache = model.init_cache(1, 8)
     logits = model.forward(torch.tensor([1, 2]), torch.tensor([2]), cache)
-    assert not logits.is_inference() and not cache.lengths.is_inference()
+    assert not logits.is_inference() and not logits.requires_grad and not cache.lengths.is_inference()
     logits[:, 0] = float("-inf")  # an inference tensor would refuse this outside inference mode
-    cache.truncate([1])

@@ -54,7 +54,7 @@ def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3, draft_len
 
         def hf_generate():
             enc = tokenizer.pad({"input_ids": batch_prompts}, return_tensors="pt").to(device)
-            with torch.no_grad():
+            with torch.inference_mode():  # as minibass's loops run
                 ids = hf_target.generate(**enc, max_new_tokens=new_tokens, pad_token_id=tokenizer.eos_token_id,
                                          **hf_kwargs(temperature))
             return ids[:, enc["input_ids"].shape[1]:].tolist()
@@ -62,7 +62,7 @@ def run(device, batch_sizes, new_tokens, attention, out, plot, reps=3, draft_len
         def hf_assisted():
             outs = []
             for p in batch_prompts:
-                with torch.no_grad():
+                with torch.inference_mode():
                     ids = hf_target.generate(torch.tensor([p], device=device), assistant_model=hf_draft,
                                              max_new_tokens=new_tokens, pad_token_id=tokenizer.eos_token_id,
                                              **hf_kwargs(temperature))

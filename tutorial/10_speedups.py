@@ -85,6 +85,12 @@ plt.show()
 # caches, so the bookkeeping that follows starts cold (`scripts/host_work.py` measures it;
 # `docs/demo-pair.md`, "The host work costs twice what it does alone").
 #
+# So a small model's step on a CPU is mostly work per tensor operation, not arithmetic. Part of that
+# work is autograd's: under `torch.no_grad()` every operation still keeps version counters and
+# tracks views. `generate` and `speculative_generate` run under `torch.inference_mode()`, which drops
+# them, and decoding the demo pair takes 8–15 % less time (`scripts/grad_mode.py`; `docs/design.md`,
+# "Inference mode"). Regular and speculative decoding gain about alike, so the speed-up hardly moves.
+#
 # ## GPU timings
 
 # %%

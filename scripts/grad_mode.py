@@ -8,8 +8,8 @@ This script times both functions as shipped and the same functions under ``no_gr
 undecorated bodies, ``__wrapped__``), on the demo pair, the demo's held-out prompts, 48 greedy
 tokens, in batches of ``--batch``. Each round runs the four in turn (the two modes in an order
 that alternates from round to round, so that a slow spell of the machine falls on both), and the
-models' rotary tables are rebuilt before every run, so that neither mode reads tables the other
-made. The first round warms up and is dropped; each line is the median of ``--rounds``.
+models' rotary tables are rebuilt before every run, so that every run does that work once. The
+first round warms up and is dropped; each line is the median of ``--rounds``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def modes() -> dict:
 def seconds(run, target, draft, batches, k: int | None) -> float:
     """Wall seconds of ``run`` over the batches: regular decoding if ``k`` is None, else speculative with k."""
     greedy = minibass.SamplingParams(temperature=0)
-    target.rope_cache = draft.rope_cache = None  # each run builds its own tables, in its own mode
+    target.rope_cache = draft.rope_cache = None  # every run builds the rotary tables once: the same work in both
     started = time.perf_counter()
     for prompts in batches:
         if k is None:

@@ -868,7 +868,7 @@ def test_grad_mode_compares_the_shipped_loops_with_their_bodies_under_no_grad():
 
 def test_grad_mode_times_each_run_over_the_batches_with_fresh_rotary_tables():
     """One run: every batch, 48 greedy tokens, regular decoding when k is None and speculative with k otherwise;
-    both models' rotary tables are dropped first, so that each run builds its own in its own mode."""
+    both models' rotary tables are dropped first, so that every run builds them once."""
     seconds = script("grad_mode")["seconds"]
     target, draft = SimpleNamespace(rope_cache="old"), SimpleNamespace(rope_cache="old")
     calls = []

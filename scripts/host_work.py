@@ -1,12 +1,13 @@
 """What the speculative loop's own host work costs per step: alone, and between real forward calls.
 
     python scripts/host_work.py [--batch 1] [--draft-length 4] [--touch-mib 0 4 40] [--rounds 5] [--threads N]
+                                [--temperature T]
 
 The demo's reading counts as host work what a step spends outside the two models' forward calls:
 choosing the draft lengths, packing the tokens, the greedy picks, the rejection step, roll-back and
 bookkeeping. This script measures that work per step with the same loop (``speculative_generate``,
-greedy, the default CPU backend, the demo's held-out prompts and 48 new tokens) and the same
-accounting (a run's wall time less the time inside forward calls, over its steps), for:
+greedy, or sampled at ``--temperature`` with seed 0, the default CPU backend, the demo's held-out
+prompts and 48 new tokens) and the same accounting (a run's wall time less the time inside forward calls, over its steps), for:
 
 - stand-in models whose forward returns fixed logits at once (target and draft alike, so every
   draft is accepted and every step proposes ``--draft-length`` tokens): the loop's work on its own;
@@ -58,23 +59,25 @@ class StandIn:
         return self.rows[torch.as_tensor(tokens) % len(self.rows)]  # (N, V)
 
 
-def host_us_per_step(target, draft, batches, k) -> float:
+def host_us_per_step(target, draft, batches, k, temperature: float = 0.0) -> float:
     """Microseconds per step outside both models' forward calls, over the demo's batches."""
     wall, steps = 0.0, 0
-    greedy = minibass.SamplingParams(temperature=0)
+    sampling = minibass.SamplingParams(temperature=temperature)
     with forward_clock(target, draft, device="cpu") as inside:
         for prompts in batches:
-            result = minibass.speculative_generate(target, draft, prompts, 48, sampling=greedy, draft_length=k)
+            result = minibass.speculative_generate(target, draft, prompts, 48, sampling=sampling, draft_length=k,
+                                                   seed=0)
             wall += result.stats.wall_time
             steps += result.stats.steps
     return 1e6 * (wall - inside["seconds"]) / steps
 
 
-def regular_ms_per_step(target, batches) -> float:
-    """Milliseconds per step of regular greedy decoding over the demo's batches (prefill included)."""
+def regular_ms_per_step(target, batches, temperature: float = 0.0) -> float:
+    """Milliseconds per step of regular decoding over the demo's batches (prefill included)."""
     wall, steps = 0.0, 0
     for prompts in batches:
-        result = minibass.generate(target, prompts, 48, sampling=minibass.SamplingParams(temperature=0))
+        result = minibass.generate(target, prompts, 48, sampling=minibass.SamplingParams(temperature=temperature),
+                                   seed=0)
         wall, steps = wall + result.stats.wall_time, steps + result.stats.steps
     return 1e3 * wall / steps
 
@@ -87,10 +90,12 @@ def main(argv=None):
                         help="MiB of weights each stand-in call reads (0: one row of 1 KiB)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's own choice)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default), as the demo")
     args = parser.parse_args(argv)
     if min(args.batch, args.draft_length, args.rounds, 1 if args.threads is None else args.threads) < 1 \
-            or min(args.touch_mib) < 0:
-        raise ValueError("--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib >= 0")
+            or min(args.touch_mib) < 0 or not args.temperature >= 0:
+        raise ValueError("--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib and "
+                         "--temperature >= 0")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     target, draft, tokenizer = zoo.load_demo_pair()
@@ -102,10 +107,11 @@ def main(argv=None):
     regular = []
     for _ in range(args.rounds + 1):  # the first round warms up and is dropped
         for name, (t, d) in pairs.items():
-            times[name].append(host_us_per_step(t, d, batches, args.draft_length))
-        regular.append(regular_ms_per_step(target, batches))
+            times[name].append(host_us_per_step(t, d, batches, args.draft_length, args.temperature))
+        regular.append(regular_ms_per_step(target, batches, args.temperature))
     step_ms = statistics.median(regular[1:])
-    print(f"batch {args.batch}, k = {args.draft_length}, {sum(map(len, batches))} held-out prompts, 48 new greedy "
+    tokens = "greedy" if args.temperature == 0 else f"temperature-{args.temperature:g}"
+    print(f"batch {args.batch}, k = {args.draft_length}, {sum(map(len, batches))} held-out prompts, 48 new {tokens} "
           f"tokens, {torch.get_num_threads()} threads; median of {args.rounds} rounds; the demo pair's regular "
           f"step (prefill included): {step_ms:.2f} ms")
     print(f"{'':36}  {'host work per step':>18}  {'in regular steps':>16}")

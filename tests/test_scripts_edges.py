@@ -719,10 +719,10 @@ def test_an_engine_recipe_without_its_engine_or_a_gpu_says_so_and_exits_3_not_1(
 # --- host_work.py ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--draft-length", "0"], ["--rounds", "0"], ["--threads", "0"],
-                                  ["--touch-mib", "4", "-1"]])
+                                  ["--touch-mib", "4", "-1"], ["--temperature", "-0.5"], ["--temperature", "nan"]])
 def test_host_work_refuses_bad_options_before_loading_anything(argv, monkeypatch):
     monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: pytest.fail("loaded the pair"))
-    message = "--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib >= 0"
+    message = "--batch, --draft-length, --rounds and --threads must be >= 1, --touch-mib and --temperature >= 0"
     with pytest.raises(ValueError, match=message):
         script("host_work")["main"](argv)
 
@@ -742,12 +742,15 @@ def test_host_work_stand_ins_accept_every_draft_and_decode_as_regular_decoding_d
 
 def test_host_work_per_step_is_wall_time_less_forward_time_over_the_steps(monkeypatch):
     """Over the batches: the runs' wall times (prefill included, as in the demo's reading) less the seconds
-    inside both models' forward calls, over all the steps, in microseconds."""
+    inside both models' forward calls, over all the steps, in microseconds; greedy unless a temperature is
+    given, seed 0."""
     g = script("host_work")["main"].__globals__  # what the script's functions read
-    runs = iter([(0.010, 4), (0.006, 4)])
+    runs = iter([(0.010, 4), (0.006, 4), (0.010, 4), (0.006, 4)])
+    temperatures = []
 
     def speculative_generate(target, draft, prompts, max_new_tokens, **kwargs):
-        assert kwargs["sampling"].greedy and kwargs["draft_length"] == 3 and max_new_tokens == 48
+        assert kwargs["draft_length"] == 3 and max_new_tokens == 48 and kwargs["seed"] == 0
+        temperatures.append(kwargs["sampling"].temperature)
         wall, steps = next(runs)
         return SimpleNamespace(stats=SimpleNamespace(wall_time=wall, steps=steps))
 
@@ -759,6 +762,8 @@ def test_host_work_per_step_is_wall_time_less_forward_time_over_the_steps(monkey
     monkeypatch.setattr(minibass, "speculative_generate", speculative_generate)
     monkeypatch.setitem(g, "forward_clock", forward_clock)
     assert g["host_us_per_step"]("target", "draft", [[[1]], [[2]]], 3) == pytest.approx(1e6 * 0.004 / 8)
+    assert g["host_us_per_step"]("target", "draft", [[[1]], [[2]]], 3, 0.8) == pytest.approx(1e6 * 0.004 / 8)
+    assert temperatures == [0, 0, 0.8, 0.8]
 
 
 def test_host_work_counts_a_stand_ins_weight_read_as_forward_time(monkeypatch):
@@ -788,17 +793,22 @@ def test_host_work_counts_a_stand_ins_weight_read_as_forward_time(monkeypatch):
 
 
 def test_host_work_regular_step_is_wall_time_over_steps(monkeypatch):
-    """The regular step: regular greedy decoding's wall time (prefill included) over its steps, over the batches."""
+    """The regular step: regular decoding's wall time (prefill included) over its steps, over the batches;
+    greedy unless a temperature is given, seed 0."""
     g = script("host_work")["main"].__globals__
-    runs = iter([(0.030, 10), (0.010, 10)])
+    runs = iter([(0.030, 10), (0.010, 10)] * 2)
+    temperatures = []
 
-    def generate(model, prompts, max_new_tokens, *, sampling):
-        assert model == "target" and max_new_tokens == 48 and sampling.greedy
+    def generate(model, prompts, max_new_tokens, *, sampling, seed):
+        assert model == "target" and max_new_tokens == 48 and seed == 0
+        temperatures.append(sampling.temperature)
         wall, steps = next(runs)
         return SimpleNamespace(stats=SimpleNamespace(wall_time=wall, steps=steps))
 
     monkeypatch.setattr(minibass, "generate", generate)
     assert g["regular_ms_per_step"]("target", [[[1]], [[2]]]) == pytest.approx(1e3 * 0.040 / 20)
+    assert g["regular_ms_per_step"]("target", [[[1]], [[2]]], 0.8) == pytest.approx(1e3 * 0.040 / 20)
+    assert temperatures == [0, 0, 0.8, 0.8]
 
 
 def test_host_work_prints_each_configurations_median_after_the_warm_up_round(monkeypatch, capsys):
@@ -814,14 +824,14 @@ def test_host_work_prints_each_configurations_median_after_the_warm_up_round(mon
     host = {0: [9e9, 400, 420, 410], 5: [9e9, 800, 700, 900], "pair": [9e9, 1000, 1200, 1100]}
     regular = iter([99.0, 4.0, 5.0, 3.0])
 
-    def host_us_per_step(target, draft, batches, k):
+    def host_us_per_step(target, draft, batches, k, temperature):
         key = "pair" if draft == "draft" else round(target.weights.numel() * 4 / 2**20)  # MiB the stand-ins read
         calls.append(key)
-        assert k == 2 and [len(b) for b in batches] == [4, 4]
+        assert k == 2 and [len(b) for b in batches] == [4, 4] and temperature == 0
         return host[key][sum(c == key for c in calls) - 1]
 
     monkeypatch.setitem(g, "host_us_per_step", host_us_per_step)
-    monkeypatch.setitem(g, "regular_ms_per_step", lambda target, batches: next(regular))
+    monkeypatch.setitem(g, "regular_ms_per_step", lambda target, batches, temperature: next(regular))
     g["main"](["--batch", "4", "--draft-length", "2", "--touch-mib", "0", "5", "--rounds", "3", "--threads", "1"])
     assert calls == [0, 5, "pair"] * 4 and threads == [1]
     out = capsys.readouterr().out
@@ -831,6 +841,19 @@ def test_host_work_prints_each_configurations_median_after_the_warm_up_round(mon
     assert [(line.split()[-3], line.split()[-1]) for line in lines[2:]] == [
         ("410", "0.102"), ("800", "0.200"), ("1100", "0.275")]
     assert lines[2].startswith("stand-ins, 0 MiB read per call") and lines[4].startswith("the demo pair")
+
+
+def test_host_work_passes_its_temperature_to_every_run_and_says_so(monkeypatch, capsys):
+    """--temperature reaches every speculative run and every regular step, and the first line names it."""
+    g = script("host_work")["main"].__globals__
+    tokenizer = minibass.load_tokenizer(minibass.zoo.demo_paths()[0])
+    monkeypatch.setattr(minibass.zoo, "load_demo_pair", lambda: (SimpleNamespace(vocab_size=64), "draft", tokenizer))
+    seen = []
+    monkeypatch.setitem(g, "host_us_per_step", lambda target, draft, batches, k, t: seen.append(t) or 100.0)
+    monkeypatch.setitem(g, "regular_ms_per_step", lambda target, batches, t: seen.append(t) or 1.0)
+    g["main"](["--touch-mib", "0", "--rounds", "1", "--temperature", "0.8"])
+    assert seen == [0.8] * 6  # two rounds (one a warm-up): a stand-in pair, the demo pair, the regular step
+    assert "48 new temperature-0.8 tokens" in capsys.readouterr().out.splitlines()[0]
 
 
 # --- grad_mode.py ------------------------------------------------------------------------------------------------

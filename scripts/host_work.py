@@ -7,7 +7,8 @@ The demo's reading counts as host work what a step spends outside the two models
 choosing the draft lengths, packing the tokens, the greedy picks, the rejection step, roll-back and
 bookkeeping. This script measures that work per step with the same loop (``speculative_generate``,
 greedy, or sampled at ``--temperature`` with seed 0, the default CPU backend, the demo's held-out
-prompts and 48 new tokens) and the same accounting (a run's wall time less the time inside forward calls, over its steps), for:
+prompts and 48 new tokens) and the same accounting (a run's wall time less the time inside forward
+calls, over its steps), for:
 
 - stand-in models whose forward returns fixed logits at once (target and draft alike, so every
   draft is accepted and every step proposes ``--draft-length`` tokens): the loop's work on its own;

@@ -323,4 +323,3 @@ def test_greedy_tokens_sum_half_precision_maxima_in_float32(monkeypatch):
     assert not math.isfinite(logits.max(-1).values.sum())
     monkeypatch.setattr(torch, "isfinite", lambda t: pytest.fail("the row check ran"))
     assert greedy_tokens(logits).tolist() == [1] * 3000
-

@@ -42,8 +42,9 @@ def run(batch_sizes, new_tokens, prompt_len, backends, device, dtype, out, reps=
     for batch in batch_sizes:
         prompts = torch.randint(0, ours.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(batch))
         # Both engines decode under inference mode, as minibass.generate does.
-        calls = {"transformers": lambda: torch.inference_mode()(hf.generate)(prompts.to(device), max_new_tokens=new_tokens,
-                                                                             do_sample=False, pad_token_id=0)}
+        hf_generate = torch.inference_mode()(hf.generate)
+        calls = {"transformers": lambda: hf_generate(prompts.to(device), max_new_tokens=new_tokens, do_sample=False,
+                                                     pad_token_id=0)}
         for backend in backends:
             calls[backend] = (lambda b=backend: minibass.generate(ours, prompts.tolist(), new_tokens, sampling=greedy,
                                                                   attention=None if b == "default" else b))

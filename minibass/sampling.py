@@ -133,10 +133,14 @@ def sample_from(p: Tensor, u: Tensor) -> Tensor:
     # Rounding can push target onto the total; fall back to the last token with mass, which is
     # where the (non-decreasing) cdf first reaches its total.
     last_positive = torch.searchsorted(cdf, total).squeeze(-1)
-    usable = torch.isfinite(total[:, 0]) & (total[:, 0] > 0)  # [N]
-    if not bool(usable.all()):  # one wait for the device, after the work is queued (the caller reads the tokens next)
-        raise ValueError(f"cannot sample: rows {(~usable).nonzero().flatten().tolist()[:5]} of the distribution are "
-                         "NaN, infinite or all zero (did the model return non-finite logits, e.g. a float16 overflow?)")
+    # One read (one wait for the device, after the work is queued; the caller reads the tokens next): every
+    # row's mass is finite and positive exactly when the smallest is positive and the largest finite, and a
+    # NaN anywhere makes both NaN (aminmax propagates it).
+    lowest, highest = torch.stack(total.aminmax()).tolist() if len(total) else (1.0, 1.0)
+    if not (lowest > 0 and math.isfinite(highest)):
+        bad = (~(torch.isfinite(total[:, 0]) & (total[:, 0] > 0))).nonzero().flatten().tolist()
+        raise ValueError(f"cannot sample: rows {bad[:5]} of the distribution are NaN, infinite or all zero "
+                         "(did the model return non-finite logits, e.g. a float16 overflow?)")
     return torch.minimum(idx, last_positive)
 
 

@@ -77,13 +77,22 @@ def test_numpy_numbers_are_sampling_params():
     assert SamplingParams(temperature=np.float64(0.5), top_k=np.int64(3), top_p=np.float32(0.9)).top_k == 3
 
 
-@pytest.mark.parametrize("row", [[0.5, float("nan"), 0.5], [0.0, float("inf"), 1.0], [0.0, 0.0, 0.0]])
+@pytest.mark.parametrize("row", [[0.5, float("nan"), 0.5], [0.0, float("inf"), 1.0], [0.0, 0.0, 0.0],
+                                 [0.0, float("-inf"), 1.0], [float("inf")] * 3, [float("nan")] * 3])
 def test_sample_from_refuses_a_row_it_cannot_sample_from(row):
     """Inverse-CDF sampling on a NaN, infinite or empty row would return V, out of range, or a token of
-    probability 0: it raises instead, naming the row."""
-    p = torch.tensor([[0.2, 0.3, 0.5], row], dtype=torch.float64)
+    probability 0: it raises instead, naming the row, wherever it lies among usable ones, large or small."""
+    p = torch.tensor([[0.2, 0.3, 0.5], row, [1e300, 1e300, 0.0], [0.0, 1e-300, 0.0]], dtype=torch.float64)
     with pytest.raises(ValueError, match="rows \\[1\\] of the distribution are NaN, infinite or all zero"):
-        sample_from(p, torch.tensor([0.5, 0.5], dtype=torch.float64))
+        sample_from(p, torch.tensor([0.5] * 4, dtype=torch.float64))
+    assert sample_from(p[[0, 2, 3]], torch.tensor([0.5] * 3, dtype=torch.float64)).tolist() == [2, 1, 1]
+
+
+def test_sample_from_names_every_bad_row_and_takes_no_rows():
+    p = torch.tensor([[float("nan"), 1.0], [0.5, 0.5], [0.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="rows \\[0, 2\\] of"):
+        sample_from(p, torch.tensor([0.5] * 3, dtype=torch.float64))
+    assert sample_from(torch.empty(0, 3), torch.empty(0)).shape == (0,)
 
 
 def test_top_k_keeps_ties():

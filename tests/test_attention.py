@@ -7,6 +7,7 @@ MHA, GQA and MQA. The Triton kernel runs through the interpreter on the CPU.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
@@ -190,6 +191,44 @@ def test_padded_leaves_a_cache_shared_by_broadcast_intact():
     out = BACKENDS["padded"](q, k, v, q_lens, kv_lens)
     assert torch.equal(v, before)
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=ATOL[torch.float32])
+
+
+@given(case=ragged_batches(), dtype=st.sampled_from(EVERY_DTYPE), budget=st.integers(1, 4000))
+def test_padded_in_blocks_of_queries_matches_the_specification(case, dtype, budget):
+    """A long prefill's scores would not fit in memory: PAD then takes the queries in blocks that keep the
+    scores held at once within ``SCORE_ELEMENTS`` (here made small, so that ragged batches of every shape
+    are cut into blocks, down to one query each). Every block's scores fit, unless one query alone does
+    not, the blocks cover every query once in order, and the output is the specification's."""
+    from unittest import mock
+
+    padded_module = importlib.import_module("minibass.attention.padded")
+    q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity = case
+    batch = make_batch(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, capacity=capacity, dtype=dtype)
+    rows, attend = [], padded_module.attend_block
+
+    def recorded(q_rows, k, v, hidden, scale):
+        scores = q_rows.shape[0] * q_rows.shape[1] * q_rows.shape[2] * k.shape[2]
+        assert scores <= budget or q_rows.shape[2] == n_heads // n_kv_heads, "a block of several queries too big"
+        rows.append(q_rows.shape[2])
+        return attend(q_rows, k, v, hidden, scale)
+
+    with mock.patch.object(padded_module, "SCORE_ELEMENTS", budget), \
+            mock.patch.object(padded_module, "attend_block", recorded):
+        assert_matches_reference("padded", *batch)
+    if sum(q_lens):
+        assert sum(rows) == max(q_lens) * (n_heads // n_kv_heads)  # every padded query row, once
+
+
+def test_padded_takes_a_long_prefill_in_blocks_and_a_decode_step_whole():
+    """With the shipped ``SCORE_ELEMENTS``: 8 prompts of 2,000 tokens at 32 heads (8 kv heads) would hold 1 G
+    scores at once, so the prefill goes in blocks of 32 queries; a verify of 5 tokens over 4,096 cached
+    ones at batch 16 is one block."""
+    from minibass.attention.padded import SCORE_ELEMENTS, query_block
+
+    assert query_block(8, 8, 4, 2000) == SCORE_ELEMENTS // (8 * 8 * 4 * 2000) == 32
+    assert 8 * 8 * 4 * 2000 * query_block(8, 8, 4, 2000) <= SCORE_ELEMENTS < 8 * 8 * 4 * 2000 * 2000
+    assert query_block(16, 8, 4, 4096) >= 5
+    assert query_block(1, 1, 1, 1 << 30) == 1  # one query even where its scores alone are over the budget
 
 
 @pytest.mark.parametrize("name", ["ragged"])  # (a parameter, so that it skips where Triton is missing)

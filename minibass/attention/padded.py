@@ -14,6 +14,11 @@ are read once per kv head, never broadcast or copied per query head.
     P  = softmax(S)        padding gets weight exactly 0 (exp(-inf)); a zero-filled score would get e^0
     O  = P V               then the valid rows are gathered back into packed order
 
+S and P grow with Tq * Tk, which a long prefill makes large (8 prompts of 2,000 tokens, 32 heads: 4
+GB of float32 scores). Where S would hold more than ``SCORE_ELEMENTS``, the queries are taken in
+blocks of whole queries, one S and P per block: each row's softmax needs only its own keys, so
+the result is the same, and a decode step is one block.
+
 Side effect: the stale slots of ``v_cache`` below Tk (positions >= kv_lens[b], garbage by
 contract) are overwritten with zeros, so that a NaN there cannot reach O through 0 * NaN;
 copying V instead would cost a pass over it and, on a CPU, a fresh allocation every layer.
@@ -32,6 +37,8 @@ import torch
 from torch import Tensor
 
 from .base import AttentionMetadata, check_inputs
+
+SCORE_ELEMENTS = 1 << 24  # the most scores held at once (64 MiB in float32); more: blocks of queries
 
 
 def padded(q: Tensor, k_cache: Tensor, v_cache: Tensor, q_lens: Tensor, kv_lens: Tensor,
@@ -69,20 +76,42 @@ def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
     q_pad = q_pad.reshape(batch, n_kv_heads, tq * group, head_dim).to(acc_dtype)  # (B, Hk, Tq*G, D)
 
     k = k_cache[:, :, :tk].to(acc_dtype)  # (B, Hk, Tk, D), a view when no upcast is needed
-    scores = torch.matmul(q_pad, k.transpose(-1, -2)).mul_(scale)  # (B, Hk, Tq*G, Tk), in place from here on
     stale = meta.has_stale_slots  # cache slots below Tk beyond their sequence's kv_lens (a host fact)
-    if not (uniform and tq == 1 and not stale):  # else: one query per sequence sees all Tk keys
-        # The step's mask [B, Tq, Tk] covers the G rows of each query through a view of the scores.
-        scores.view(batch, n_kv_heads, tq, group, tk).masked_fill_(meta.hidden[:, None, :, None], float("-inf"))
-    # Padding rows (past q_lens[b]) may see no key at all and come out NaN; they are never gathered.
-    weights = torch.softmax(scores, dim=-1)
     # Stale cache slots may hold NaN/inf: the weight 0 of a masked key times NaN is still NaN. They
     # hold garbage by contract, so they are overwritten with zeros in place: no copy of V.
     if stale:
         # The zero is a tensor on V's device: a Python 0 would be copied from the host, a GPU sync.
         stale_seq, stale_slot = meta.stale_slots  # (S,), (S,)
         v_cache[stale_seq, :, stale_slot] = v_cache.new_zeros(())
-    v = v_cache[:, :, :tk]  # (B, Hk, Tk, D), a view
-    out = torch.matmul(weights, v.to(acc_dtype)).view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
+    v = v_cache[:, :, :tk].to(acc_dtype)  # (B, Hk, Tk, D), a view when no upcast is needed
+    hidden = None if uniform and tq == 1 and not stale else meta.hidden  # None: one query sees all Tk keys
+    per_block = query_block(batch, n_kv_heads, group, tk)
+    if tq <= per_block:  # every step but a long prefill: all the queries in one block
+        out = attend_block(q_pad, k, v, hidden, scale)  # (B, Hk, Tq*G, D)
+    else:  # blocks of whole queries, so that the scores held at once stay within SCORE_ELEMENTS
+        out = torch.cat([attend_block(q_pad[:, :, t0 * group:(t0 + per_block) * group], k, v,
+                                      None if hidden is None else hidden[:, t0:t0 + per_block], scale)
+                         for t0 in range(0, tq, per_block)], dim=2)  # (B, Hk, Tq*G, D)
+    out = out.view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
     out = out.transpose(1, 2) if uniform else out[meta.seq_ids, :, meta.offsets]  # (B, Tq, Hk, G, D) or (N, Hk, G, D)
     return out.reshape(total_q, n_heads, head_dim).to(q.dtype)  # (total_q, H, D)
+
+
+def query_block(batch: int, n_kv_heads: int, group: int, tk: int) -> int:
+    """How many queries a block takes: as many as keep its scores [B, Hk, rows * G, Tk] within
+    ``SCORE_ELEMENTS``, at least one."""
+    return max(1, SCORE_ELEMENTS // max(1, batch * n_kv_heads * group * tk))
+
+
+def attend_block(q_rows: Tensor, k: Tensor, v: Tensor, hidden: Tensor | None, scale: float) -> Tensor:
+    """softmax(Q K^T * scale) V for one block of padded queries.
+
+    q_rows [B, Hk, T*G, D] (T queries, their G heads each), k and v [B, Hk, Tk, D], hidden [B, T, Tk]
+    (True: the query does not see the key) or None (every query sees every key). Returns [B, Hk, T*G, D].
+    """
+    scores = torch.matmul(q_rows, k.transpose(-1, -2)).mul_(scale)  # (B, Hk, T*G, Tk), in place from here on
+    if hidden is not None:  # the mask covers the G rows of each query through a view of the scores
+        batch, n_kv_heads, _, tk = scores.shape
+        scores.view(batch, n_kv_heads, hidden.shape[1], -1, tk).masked_fill_(hidden[:, None, :, None], float("-inf"))
+    # Padding rows (past q_lens[b]) may see no key at all and come out NaN; they are never gathered.
+    return torch.matmul(torch.softmax(scores, dim=-1), v)

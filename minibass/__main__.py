@@ -359,7 +359,7 @@ def generate(args) -> int:
     import minibass
 
     target, draft, tokenizer = _load(args)
-    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in args.prompt]
+    prompts = [tokenizer.encode(p) for p in args.prompt]  # the tokenizer's default: a BOS where it adds one
     eos = None if args.ignore_eos else _eos_ids(args.target or _demo_target(), tokenizer)
     common = dict(sampling=_sampling(args), seed=args.seed, attention=args.attention, eos_token_id=eos)
     if draft is None:
@@ -433,7 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the most likely tokens up to this probability mass (default 1.0: all)")
     p.add_argument("--draft-length", default="dynamic",
                    help="an int, 'dynamic' (BASS Algorithm 1, the default), 'per-sequence' or 'auto' (cost-aware)")
-    p.add_argument("--prompt", action="append", required=True, help="a text prompt (repeat for a batch)")
+    p.add_argument("--prompt", action="append", required=True,
+                   help="a text prompt, encoded as the tokenizer encodes by default (with its BOS token where "
+                        "it adds one, as transformers' pipelines do); repeat for a batch")
     p.add_argument("--attention", default=None, choices=backends,
                    help="attention backend (default: 'ragged' on CUDA with Triton, 'padded' on a CPU)")
     p.add_argument("--ignore-eos", action="store_true",

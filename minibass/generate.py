@@ -158,6 +158,9 @@ def check_request(models: Sequence[CausalLM], prompts, max_new_tokens: int, samp
         raise ValueError(f"prompts must be a non-empty list of token-id lists, got {type(prompts).__name__} "
                          f"{prompts!r:.40}")
     for b, prompt in enumerate(prompts):
+        if not isinstance(prompt, (list, tuple)) and hasattr(prompt, "tolist"):  # e.g. tokenizer(...).input_ids[0]
+            raise ValueError(f"prompts[{b}] must be a list of token ids, got a {type(prompt).__name__}: pass "
+                             f"row.tolist() for each row (without padding)")
         if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
             raise ValueError(f"prompts[{b}] must be a non-empty list of token ids, got {prompt!r:.60}")
         wrong = next((t for t in prompt if not is_int(t)), None)

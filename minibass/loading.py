@@ -10,6 +10,8 @@ values, ``rope_scaling`` and ``rope_parameters`` that disagree).
 from __future__ import annotations
 
 import json
+import math
+import os
 import warnings
 from pathlib import Path
 
@@ -56,15 +58,15 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
     if legacy is not None:
         scaling = _spelled_out(legacy, "rope_scaling")
         inner = scaling.pop("rope_theta", None)
-        if inner is not None and float(inner) != float(top_theta or DEFAULT_THETA):
+        if inner is not None and float(inner) != _theta(top_theta):
             raise ValueError(f"config.json's rope_scaling has rope_theta {inner}, the top level "
-                             f"{top_theta or f'none (so {DEFAULT_THETA})'}: transformers 5 uses the first, "
-                             "transformers 4 the second; keep one")
-        theta = float(inner if inner is not None else top_theta or DEFAULT_THETA)
+                             f"{top_theta if top_theta is not None else f'none (so {DEFAULT_THETA})'}: "
+                             "transformers 5 uses the first, transformers 4 the second; keep one")
+        theta = _theta(inner, top_theta)
         _supported(scaling)  # an unsupported type is the first thing to say
         if params is not None:
             other = _spelled_out(params, "rope_parameters")
-            if float(other.pop("rope_theta", None) or top_theta or DEFAULT_THETA) != theta or other != scaling:
+            if _theta(other.pop("rope_theta", None), top_theta) != theta or other != scaling:
                 raise ValueError(f"config.json has both rope_scaling ({legacy}) and rope_parameters ({params}), "
                                  "and they say different things (transformers reads a non-empty rope_scaling "
                                  "and ignores rope_parameters, its rope_theta included); remove the one that "
@@ -75,9 +77,11 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
         if inner is not None and top_theta is not None and float(inner) != float(top_theta):
             raise ValueError(f"config.json gives rope_theta twice, {inner} in rope_parameters and {top_theta} at "
                              "the top level: transformers 5 uses the first, transformers 4 the second; keep one")
-        theta = float(inner or top_theta or DEFAULT_THETA)
+        theta = _theta(inner, top_theta)
     else:
-        theta, scaling = float(top_theta or DEFAULT_THETA), {}
+        theta, scaling = _theta(top_theta), {}
+    if not (math.isfinite(theta) and theta > 0):  # inv_freq = theta ** (-2i / d): 0 or less is no rotation
+        raise ValueError(f"config.json's rope_theta must be a positive number, got {theta}")
     kind = _supported(scaling)
     if kind == "default":
         return theta, None
@@ -93,6 +97,11 @@ def _rope_settings(raw: dict) -> tuple[float, dict | None]:
         scaling["original_max_position_embeddings"] = int(top if top is not None else inner if inner is not None
                                                           else fallback)
     return theta, scaling
+
+
+def _theta(*given) -> float:
+    """The first rope theta given (not None; a 0 counts, to be refused), else the default 10000."""
+    return float(next((theta for theta in given if theta is not None), DEFAULT_THETA))
 
 
 def _supported(scaling: dict) -> str:
@@ -258,6 +267,9 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
     are never unpickled), and ``ValueError`` for an architecture or config minibass does not load, or
     weights whose names or shapes do not match the config.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"load_model takes the path of a checkpoint folder (a str or a Path), got "
+                         f"{type(path).__name__} {path!r:.40}")
     folder = Path(path)
     if folder.is_file():
         raise FileNotFoundError(f"{folder} is a file; load_model takes the checkpoint's folder (config.json and "
@@ -271,6 +283,8 @@ def load_model(path, *, dtype: torch.dtype | str | None = None, device: torch.de
         raw = json.loads(config_path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{config_path} is not valid JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{config_path} must hold a JSON object of config fields, got a JSON {type(raw).__name__}")
     try:
         config = config_from_hf(raw)
     except KeyError as e:

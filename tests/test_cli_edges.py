@@ -192,6 +192,31 @@ def test_generate_passes_sampling_seed_attention_and_draft_length_on(decode_call
     assert kwargs["eos_token_id"] and kwargs["sampling"] == minibass.SamplingParams(temperature=0.0)
 
 
+def test_generate_encodes_prompts_as_the_tokenizer_does_by_default(monkeypatch, capsys):
+    """A Llama tokenizer adds a BOS token by default, and the model was trained with it: the command line
+    encodes as ``tokenizer.encode(text)`` does (and as transformers' pipelines do), not without it."""
+    target, draft, tokenizer = zoo.load_demo_pair()
+
+    class AddsBos:  # the demo tokenizer, as a tokenizer that adds token 7 in front by default
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def encode(self, text, add_special_tokens=True):
+            return [7] * add_special_tokens + tokenizer.encode(text, add_special_tokens=False)
+
+    real_generate, prompts = minibass.generate, []
+
+    def generate(model, p, n, **kwargs):
+        prompts.append(p)
+        return real_generate(model, p, n, **kwargs)
+
+    monkeypatch.setattr(cli, "_load", lambda args: (target, None, AddsBos()))
+    monkeypatch.setattr(minibass, "generate", generate)
+    code, _, err = _exit(["generate", "--prompt", "import os", "--max-new-tokens", "1", "--ignore-eos"], capsys)
+    assert code == 0, err
+    assert prompts == [[[7] + tokenizer.encode("import os", add_special_tokens=False)]]
+
+
 def test_generate_json_reports_the_runs_own_stats(decode_calls, capsys):
     argv = ["generate", "--prompt", "import os\n", "--prompt", "x = [", "--max-new-tokens", "6", "--draft-length", "2",
             "--ignore-eos", "--json"]

@@ -93,6 +93,11 @@ def test_a_tensor_of_prompts_is_refused_with_a_hint(model):
         minibass.generate(model, torch.tensor([[1, 2], [3, 4]]), 3)
     with pytest.raises(ValueError, match=r"got a ndarray; for a 2-D ndarray of ids"):
         minibass.generate(model, np.array([[1, 2], [3, 4]]), 3)
+    # A list of rows that are tensors or arrays, as [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
+    for rows in ([[1, 2], torch.tensor([3, 4])], [np.array([1, 2])]):
+        with pytest.raises(ValueError, match=r"prompts\[\d\] must be a list of token ids, got a (Tensor|ndarray): "
+                                             r"pass row.tolist\(\)"):
+            minibass.generate(model, rows, 3)
 
 
 def test_the_length_limit_names_the_model_that_is_too_short(model):

@@ -100,6 +100,15 @@ def test_malformed_configs_and_shapes_name_the_problem(save_hf):
     (folder / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not valid JSON"):
         minibass.load_model(folder)
+    (folder / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="config.json must hold a JSON object of config fields, got a JSON list"):
+        minibass.load_model(folder)
+
+
+@pytest.mark.parametrize("path", [None, 3, b"folder"])
+def test_a_path_that_is_not_a_path_is_refused(path):
+    with pytest.raises(ValueError, match="load_model takes the path of a checkpoint folder"):
+        minibass.load_model(path)
 
 
 def test_dtype_by_name_and_bad_dtypes(save_hf):
@@ -224,6 +233,17 @@ def test_rope_spellings_are_read_as_transformers_reads_them(save_hf, changes):
      "llama3 rope scaling lacks low_freq_factor, high_freq_factor"),
     (dict(rope_parameters={"rope_type": "linear", "rope_theta": 5e5}), "linear rope scaling lacks factor"),
     (dict(rope_parameters="linear"), "rope_parameters must be an object"),
+    # A theta of 0 is refused, not read as "none given" (which would compute with 10000 or the other field's).
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 0}), "rope_theta must be a positive number, got 0"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 0}, rope_theta=5e5),
+     "rope_theta twice, 0 in rope_parameters and 500000.0 at the top level"),
+    (dict(rope_parameters=None, rope_theta=-1.0), "rope_theta must be a positive number, got -1.0"),
+    (dict(rope_parameters=None, rope_theta=0, rope_scaling={"rope_type": "linear", "factor": 2.0}),
+     "rope_theta must be a positive number, got 0"),
+    (dict(rope_parameters=None, rope_theta=0, rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 0}),
+     "rope_theta must be a positive number"),
+    (dict(rope_parameters=None, rope_theta=0, rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
+     "rope_scaling has rope_theta 10000.0, the top level 0"),
 ])
 def test_contradictory_or_incomplete_rope_configs_are_refused(save_hf, changes, message):
     folder = save_hf(hf_tiny("llama"))

@@ -515,8 +515,8 @@ def test_impossible_sequences_name_the_most_common_one_with_an_exact_count():
     print(verdict)
     row = {c.name: c for c in verdict.checks}["impossible sequences"]
     assert row.statistic == 10 and not row.passed
-    assert row.detail == (f"{tuple(seen['b'])} seen 7 times: token 1 has probability 0 there; "
-                          "1 other impossible sequence seen")
+    assert row.detail == (f"{tuple(seen['b'])} seen 7 times: token {seen['b'][0]} at position 1 has probability 0 "
+                          "there; 1 other impossible sequence seen")
     assert "  12000  " in str(verdict) and "   10  " in str(verdict)  # counts printed whole, not as 1.2e+04
 
 
@@ -800,6 +800,20 @@ def test_a_bad_device_is_a_usage_error():
         oracle.check_attention(BACKENDS["naive"], device="nonsense")
 
 
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has an MPS device")
+def test_a_device_type_this_build_lacks_is_said_in_one_line(capsys):
+    """PyTorch's own error for a backend it was built without lists every backend it has, 50 lines of them."""
+    with pytest.raises(ValueError) as refused:
+        oracle.check_attention(BACKENDS["naive"], device="mps")
+    assert str(refused.value) == "device 'mps' cannot hold tensors here: this build of PyTorch has no mps backend"
+    from minibass.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_status:
+        main(["oracle", "attention", "minibass.attention:naive", "--device", "mps"])
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 2 and len(err.strip().splitlines()) == 1 and "has no mps backend" in err, err
+
+
 
 def _numpy_out(q, k_cache, v_cache, q_lens, kv_lens, *, scale=None):
     return BACKENDS["naive"](q, k_cache, v_cache, q_lens, kv_lens, scale=scale).numpy()
@@ -832,7 +846,41 @@ def test_a_kernel_whose_exp_overflows_on_large_scores_fails_only_there():
     assert rows["float32 vs float64 spec"].passed and rows["float16 vs float64 spec"].passed  # small scores: right
     for dtype in ("float32", "float16"):
         row = rows[f"{dtype} on large scores"]
-        assert not row.passed and row.statistic == 3 and "running maximum subtracted before exp?" in row.detail
+        assert not row.passed and row.statistic == 3 and "non-finite output" in row.detail
+        assert "an exp that overflowed (past 88.7 in float32, 11.09 in float16)? Subtract each row's running " \
+               "maximum before exp" in row.detail
+
+
+def _ignores_scale(q, k, v, q_lens, kv_lens, *, scale=None):
+    """A kernel that always uses head_dim ** -0.5, whatever ``scale`` it is given."""
+    return BACKENDS["padded"](q, k, v, q_lens, kv_lens)
+
+
+def _nan_past_the_first_row(q, k, v, q_lens, kv_lens, *, scale=None):
+    """Right but for a NaN in query row 1 of every case that has one, whatever the scores."""
+    out = BACKENDS["padded"](q, k, v, q_lens, kv_lens, scale=scale)
+    out[1:2] = float("nan")
+    return out
+
+
+@pytest.mark.parametrize("kernel,what", [(_ignores_scale, "finite, but off by"),
+                                         (_nan_past_the_first_row, "non-finite output")])
+def test_a_large_score_failure_that_small_scores_share_is_not_blamed_on_overflow(kernel, what):
+    """The large-score cases run at a scale of 40 / sqrt(D); a kernel wrong there is run again at a scale 50 times
+    smaller, not 40, which is the default a kernel ignoring ``scale`` falls back on and would be right at."""
+    verdict = oracle.check_attention(kernel, cases=1)
+    row = {c.name: c for c in verdict.checks}["float32 on large scores"]
+    assert not row.passed and what in row.detail, str(verdict)
+    assert "wrong on this case's small scores too" in row.detail and "at a scale 50 times smaller" in row.detail
+    assert "Subtract each row's running maximum" not in row.detail
+
+
+def test_the_large_score_row_wants_the_inputs_dtype():
+    def float64_out(q, k, v, q_lens, kv_lens, *, scale=None):
+        return BACKENDS["padded"](q.double(), k.double(), v.double(), q_lens, kv_lens, scale=scale)
+
+    row = {c.name: c for c in oracle.check_attention(float64_out, cases=1).checks}["float32 on large scores"]
+    assert not row.passed and "no output of q's shape, dtype and device" in row.detail
 
 
 def test_an_overflow_hidden_by_nan_to_num_fails_on_large_scores_and_rounding_does_not():
@@ -1000,6 +1048,26 @@ def test_a_non_finite_output_says_whether_a_stale_slot_caused_it():
     assert "still non-finite with the stale slots zeroed" in own.failures()[0].detail
 
 
+@pytest.mark.parametrize("seeding", ["one seed for every call", "row b seeded with b"])
+def test_a_sampler_that_draws_the_same_numbers_on_every_call_fails(seeding):
+    """Right in distribution on every call, so every G-test passes, but a seed of its own (or one per row) makes
+    each call draw the same uniforms: in a decoding loop every step would repeat the last one's luck."""
+    def own_seed(draft_tokens, draft_probs, target_probs, *, generator=None):
+        if seeding == "one seed for every call":
+            return known_bugs.textbook(draft_tokens, draft_probs, target_probs,
+                                       generator=torch.Generator().manual_seed(1234))
+        rows = [known_bugs.textbook(draft_tokens[b:b + 1], draft_probs[b:b + 1], target_probs[b:b + 1],
+                                    generator=torch.Generator().manual_seed(b)) for b in range(len(draft_tokens))]
+        return tuple(torch.cat(parts) for parts in zip(*rows))
+
+    verdict = oracle.check_sampler(own_seed, rows=200)
+    failed = {c.name: c for c in verdict.failures()}
+    assert set(failed) == {"draws fresh random numbers on every call"}, str(verdict)
+    assert "does it draw the same random numbers on every call" in failed["draws fresh random numbers on every call"].detail
+    row = {c.name: c for c in oracle.check_sampler(known_bugs.textbook, rows=200).checks}
+    assert row["draws fresh random numbers on every call"].passed
+
+
 def test_a_sampler_that_changes_its_inputs_is_told_which():
     def scratch_in_place(draft_tokens, draft_probs, target_probs, *, generator=None):
         target_probs *= 2  # the caller's tensor used as scratch space; the result is still right
@@ -1009,8 +1077,8 @@ def test_a_sampler_that_changes_its_inputs_is_told_which():
     assert not verdict.ok and "modified target_probs in place" in str(verdict)
     # Its outputs are still tested: the distribution and the invariants hold, only the changed inputs fail rows.
     failed = {c.name: c.detail for c in verdict.failures()}
-    assert set(failed) == {"never accepts x with p(x) = 0", "p == q accepts every draft"} | {
-        f"[{setup}] runs" for setup in setups()}
+    assert set(failed) == {"never accepts x with p(x) = 0", "p == q accepts every draft",
+                           "draws fresh random numbers on every call"} | {f"[{setup}] runs" for setup in setups()}
     assert all(detail == "modified target_probs in place: inputs belong to the caller" for detail in failed.values())
     assert any(c.name == "[temperature] joint G-test" and c.passed for c in verdict.checks)
 
@@ -1076,6 +1144,8 @@ def test_cli_exit_status_and_json(tmp_path):
     (["attention", "minibass", "--uniforms-dtype", "float32"], "--uniforms-dtype applies to the sampler check only"),
     (["sampler", "minibass.rejection:rejection_sample", "--uniforms-dtype", "float32"], "needs --uniforms"),
     (["attention", "minibass", "--cases", "abc"], "argument --cases: invalid int value: 'abc'"),
+    (["attention", "transformers"], "'transformers' has no attention adapter (it has one for the sampler and "
+                                    "generator checks); the attention adapters: minibass"),
 ])
 def test_cli_usage_errors_exit_2(args, says, capsys):
     from minibass.__main__ import main

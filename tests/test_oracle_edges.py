@@ -196,10 +196,11 @@ def test_the_sampler_seed_reaches_the_drafts_and_setups_get_float32():
     oracle.check_sampler(_recording(a), rows=100, seed=0)
     oracle.check_sampler(_recording(b), rows=100, seed=0)
     oracle.check_sampler(_recording(c), rows=100, seed=1)
-    assert len(a) == 2 + 4  # two invariant probes, four setups
+    assert len(a) == 2 + 2 + 4  # two invariant probes, one probe called twice (fresh numbers), four setups
     assert all(torch.equal(x[0], y[0]) for x, y in zip(a, b))  # reproducible
-    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a[2:], c[2:]))  # the setups' drafts follow the seed
-    assert [x[1:] for x in a] == [(torch.float64, torch.float64)] * 2 + [(torch.float32, torch.float32)] * 4
+    assert torch.equal(a[2][0], a[3][0])  # the fresh-numbers probe: the same rows twice
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a[4:], c[4:]))  # the setups' drafts follow the seed
+    assert [x[1:] for x in a] == [(torch.float64, torch.float64)] * 4 + [(torch.float32, torch.float32)] * 4
 
 
 def test_given_uniforms_checks_the_next_token_lies_in_the_residual():

@@ -161,6 +161,11 @@ def large_score_cases(seed: int = 0, head_dims=None) -> list[AttentionCase]:
 LARGE_SCORE_ATOL = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 0.5, torch.bfloat16: 2.0}
 
 
+# The small-score check of a failing large-score case: its scale divided by this. Not 40, which would make it
+# head_dim ** -0.5, the default that a kernel ignoring ``scale`` uses: that kernel would be right there.
+SMALL_SCORE_DIVISOR = 50
+
+
 def _large_score_failures(fn, cases: list[AttentionCase], dtype, device) -> tuple[int, str]:
     """How many cases gave a non-finite output (or no output), or one off by more than ``LARGE_SCORE_ATOL``
     (an overflow hidden by ``nan_to_num``, say), and the first in words; stale slots are zero here."""
@@ -172,27 +177,28 @@ def _large_score_failures(fn, cases: list[AttentionCase], dtype, device) -> tupl
         except Exception as e:
             bad, first = bad + 1, first or f"{case}; {raised(e)}"
             continue
-        if not torch.is_tensor(out) or out.layout != torch.strided or out.shape != q.shape or out.device != q.device:
-            bad, first = bad + 1, first or f"{case}; no output of q's shape and device (see the row above)"
-        elif not torch.isfinite(out).all():
-            row, head, _ = torch.nonzero(~torch.isfinite(out.detach().cpu()))[0].tolist()
-            scores = _largest_score(case)
-            bad, first = bad + 1, first or (
-                f"{case}; non-finite output at {_where(row, head, q_lens, kv_lens)}, on scores up to "
-                f"{scores:.0f} (exp overflows past 88.7 in float32, 11.09 in float16): is each row's running "
-                f"maximum subtracted before exp?")
-        else:
+        if not torch.is_tensor(out) or out.layout != torch.strided or out.shape != q.shape or out.device != q.device \
+                or out.dtype != q.dtype:
+            bad, first = bad + 1, first or f"{case}; no output of q's shape, dtype and device (see the row above)"
+            continue
+        if torch.isfinite(out).all():
             diff = (out.detach().cpu().double() - reference(q, k, v, q_lens, kv_lens, case.scale)).abs()
-            if float(diff.max()) > LARGE_SCORE_ATOL[dtype]:
-                row, head, _ = torch.nonzero(diff == diff.max())[0].tolist()
-                # Right on the same case with scores 40 times smaller? Then the large scores are the trouble.
-                small_err, small = _run_case(fn, replace(case, scale=case.scale / 40), dtype, device, poison=False)
-                why = ("an exp that overflowed, its NaN then replaced by a number? Subtract each row's running maximum "
-                       "before exp" if small_err <= ATOL[dtype] else
-                       f"wrong on this case's small scores too ({small}, at a scale 40 times smaller)")
-                bad, first = bad + 1, first or (
-                    f"{case}; finite, but off by {float(diff.max()):.3g} at {_where(row, head, q_lens, kv_lens)}, on "
-                    f"scores up to {_largest_score(case):.0f}: {why}")
+            if float(diff.max()) <= LARGE_SCORE_ATOL[dtype]:
+                continue
+            row, head, _ = torch.nonzero(diff == diff.max())[0].tolist()
+            what, hidden = f"finite, but off by {float(diff.max()):.3g}", "its NaN then replaced by a number? "
+        else:
+            row, head, _ = torch.nonzero(~torch.isfinite(out.detach().cpu()))[0].tolist()
+            what, hidden = "non-finite output", ""
+        # Right on the same case with small scores? Then the large scores are the trouble.
+        small_err, small = _run_case(fn, replace(case, scale=case.scale / SMALL_SCORE_DIVISOR), dtype, device,
+                                     poison=False)
+        why = (f"an exp that overflowed (past 88.7 in float32, 11.09 in float16)? {hidden}Subtract each row's "
+               f"running maximum before exp" if small_err <= ATOL[dtype] else
+               f"wrong on this case's small scores too ({small}, at a scale {SMALL_SCORE_DIVISOR} times smaller)")
+        bad, first = bad + 1, first or (
+            f"{case}; {what} at {_where(row, head, q_lens, kv_lens)}, on scores up to {_largest_score(case):.0f}: "
+            f"{why}")
     return bad, first
 
 
@@ -331,7 +337,10 @@ def check_attention(fn, *, dtypes=(torch.float32,), device=None, cases: int = 20
     try:
         holds_data = torch.empty(0, device=device).device.type != "meta"  # meta tensors have shapes, not values
     except Exception as e:  # a malformed name ("cdua"), or a device this machine lacks
-        raise ValueError(f"device {device!r} cannot hold tensors here: {e}") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if why.startswith("Could not run"):  # a backend this build lacks: the dispatcher's 50 lines of those it has
+            why = f"this build of PyTorch has no {torch.device(device).type} backend"
+        raise ValueError(f"device {device!r} cannot hold tensors here: {why}") from None
     if not holds_data:
         raise ValueError(f"device {device!r} holds no values (meta tensors have only shapes): nothing to compare")
     started = time.perf_counter()

@@ -135,6 +135,11 @@ def run(args) -> int:
     with _stdout_to_stderr():  # stdout carries the verdict alone (``--json`` is read from it)
         adapters = ADAPTERS[args.kind]
         fn_name, uniforms_name = adapters.get(args.target, (args.target, None))
+        others = [kind for kind, names in ADAPTERS.items() if args.target in names and kind != args.kind]
+        if others and args.target not in adapters:  # an adapter name, but not of this check
+            raise ValueError(f"{args.target!r} has no {args.kind} adapter (it has one for the {' and '.join(others)} "
+                             f"check{'s' * (len(others) > 1)}); the {args.kind} adapters: "
+                             f"{', '.join(sorted(adapters))}, or give 'package.module:function'")
         fn = resolve(fn_name, sorted(adapters))  # importing the engine may print: inside
         uniforms = None
         if args.uniforms is not None:  # resolved before anything runs: a typo costs nothing

@@ -333,8 +333,9 @@ def _impossible_words(sequences: np.ndarray, counts: np.ndarray, p_token: np.nda
         return ""
     worst = int(np.argmax(counts))
     seen, others = int(counts[worst]), len(counts) - 1
+    at = int(np.argmax(p_token[worst] == 0))  # the first position whose token the target never emits there
     return (f"{tuple(sequences[worst].tolist())} seen {seen} time{'s' * (seen != 1)}: token "
-            f"{int(np.argmax(p_token[worst] == 0)) + 1} has probability 0 there"
+            f"{int(sequences[worst][at])} at position {at + 1} has probability 0 there"
             + (f"; {others} other impossible sequence{'s' * (others != 1)} seen" if others else ""))
 
 

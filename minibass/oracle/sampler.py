@@ -183,6 +183,23 @@ def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> 
     n, y, problem = _call(fn, tokens, q, p, generator)
     _invariant(verdict, "p == q accepts every draft", f"rows rejecting a draft, of {rows}",
                None if n is None else int((n != K).sum()), problem)
+    # Fresh random numbers on every call: two calls on the same rows, the generator moved on between them,
+    # emit the same events in every row only if the sampler draws the same numbers again (a seed of its own,
+    # say), which would tie every step of a decoding loop to the one before. For a correct sampler the chance
+    # is vanishing: p and q differ in every row, so each row's event is random.
+    q = torch.softmax(torch.randn(rows, K, V, generator=generator, dtype=torch.float64), -1)
+    p = torch.softmax(torch.randn(rows, K + 1, V, generator=generator, dtype=torch.float64), -1)
+    tokens = torch.stack([sample_from(q[:, i], torch.rand(rows, generator=generator, dtype=torch.float64))
+                          for i in range(K)], 1)
+    (n1, y1, problem1), (n2, y2, problem2) = _call(fn, tokens, q, p, generator), _call(fn, tokens, q, p, generator)
+    problem = problem1 or problem2
+    repeated = not problem and n1 is not None and n2 is not None and bool(((n1 == n2) & (y1 == y2)).all())
+    verdict.add("draws fresh random numbers on every call",
+                f"two calls on the same {rows} rows that emitted the same event in every row", 1 if repeated else
+                float("inf") if problem else 0, 0,
+                detail=problem or ("every row emitted the same event in both calls: does it draw the same random "
+                                   "numbers on every call (a seed of its own)? It must draw from the generator it is "
+                                   "given" if repeated else ""))
 
 
 def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0, name: str | None = None) -> Verdict:

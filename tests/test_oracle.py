@@ -1041,6 +1041,24 @@ def test_a_non_finite_output_says_whether_a_stale_slot_caused_it():
     leak = oracle.check_attention(known_bugs.ATTENTION["stale_slot_leak"], cases=1)
     assert "with the stale slots zeroed the output is finite" in leak.failures()[0].detail
 
+    def one_key_too_wide(q, k, v, q_lens, kv_lens, *, scale=None):
+        """A causal mask off by one as a kernel over the cache has it: query i reads keys up to its position + 1,
+        so a sequence's last query reads the slot at kv_lens, which is stale."""
+        out = torch.empty_like(q)
+        group, start = q.shape[1] // k.shape[1], 0
+        for b, (n_q, n_kv) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+            keys = k[b, :, :n_kv + 1].repeat_interleave(group, 0).double()  # (H, n_kv + 1, D): one slot past
+            values = v[b, :, :n_kv + 1].repeat_interleave(group, 0).double()
+            scores = torch.einsum("thd,hsd->hts", q[start:start + n_q].double(), keys) * (scale or q.shape[-1] ** -0.5)
+            position = torch.arange(n_kv - n_q, n_kv)[:, None]
+            scores = scores.masked_fill(torch.arange(n_kv + 1) > position + 1, float("-inf"))
+            out[start:start + n_q] = torch.einsum("hts,hsd->thd", torch.softmax(scores, -1), values).to(q.dtype)
+            start += n_q
+        return out
+
+    wide = oracle.check_attention(one_key_too_wide, cases=1)
+    assert "a causal mask one key too wide, which reads the slot at kv_lens" in wide.failures()[0].detail, str(wide)
+
     def nan_everywhere(q, k, v, q_lens, kv_lens, *, scale=None):
         return BACKENDS["naive"](q, k, v, q_lens, kv_lens, scale=scale) * float("nan")
 

@@ -24,7 +24,7 @@ def test_rejection_sample_passes_the_oracle_at_the_default_rows():
     verdict = oracle.check_sampler(rejection_sample)
     print(verdict)
     verdict.raise_for_failure()
-    assert len(verdict.checks) == 2 + 4 * 7  # two invariants, then per setup: impossible events + 6 G-tests
+    assert len(verdict.checks) == 3 + 4 * 7  # three invariants, then per setup: impossible events + 6 G-tests
 
 
 def test_accept_and_resample_answers_every_edge_uniform():

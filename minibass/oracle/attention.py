@@ -270,7 +270,9 @@ def _non_finite_cause(fn, case: AttentionCase, dtype, device) -> str:
     except Exception:  # it raised this time: say nothing more than the first run showed
         return "a stale slot (NaN/inf past kv_lens) leaked in?"
     if finite:
-        return "a stale slot (NaN/inf past kv_lens) leaked in: with the stale slots zeroed the output is finite"
+        return ("a stale slot (NaN/inf past kv_lens) leaked in: with the stale slots zeroed the output is finite (a "
+                "key read at or past kv_lens: padding masked other than by -inf, the lengths ignored, or a causal "
+                "mask one key too wide, which reads the slot at kv_lens from a sequence's last query)")
     return ("still non-finite with the stale slots zeroed: a query row left with no key to attend to (a causal "
             "mask off by one?), or an overflow in the kernel's own arithmetic")
 

@@ -17,9 +17,9 @@ greedy agreement runs and call costs committed in ``bench_results/policies-cpu.j
 and prints, at batch 1, 4, 8 and 16, the worst and the mean over prompt sets of `auto`'s speed-up
 divided by the best fixed k's (k = 1 to 6) on the same prompts and costs. With ``--in-steps`` each
 cell is instead how many steps of that best k per batch `auto` takes longer, the most and the mean
-over prompt sets (negative where `auto` is ahead): a call of 48 tokens at batch 8 is about 20 steps,
-so a step there is about 5 % of the call. Nothing is timed: the numbers are deterministic for a
-given JSON file.
+over prompt sets (negative where `auto` is ahead): a call of 48 tokens at batch 8 is 20 to 31 steps
+of the best fixed k (in the JSON files of 2026-12-02 and 2026-12-04), so a step there is 3–5 % of
+the call. Nothing is timed: the numbers are deterministic for a given JSON file.
 """
 
 from __future__ import annotations

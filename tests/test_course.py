@@ -452,10 +452,13 @@ def _no_clamp_residual(p, q):
                                batch * expected_tokens(alpha, k) / (verify + (k + 1) * draft),),
      {"run": RECORDED_RUN}, "cost model"),
     (checks.check_step, (_assembled_step(returns="y"),), {}, "what your step returns"),
+    (checks.check_step, (_assembled_step(rollback_first=True),), {}, "then emit (the sequences grow, seq_lens with "
+                                                                     "them), then rollback"),
     (checks.check_online_softmax, (_running_max_ignored,), {}, "nan"),
     (checks.check_adapter, (_seeded_by_initial_seed,), {"rows": 2_000}, "two calls with one generator"),
     (checks.check_accept_resample, (lambda p, q, x: min(1.0, float(p[x] / q[x])), _no_clamp_residual), {}, "enumeration"),
-], ids=["ch10 one accepted token short", "ch10 one draft call too many", "ch08 returns y", "ch07 block maximum only",
+], ids=["ch10 one accepted token short", "ch10 one draft call too many", "ch08 returns y", "ch08 rollback before emit",
+         "ch07 block maximum only",
         "ch11 the same numbers every call", "ch03 residual without max(0, .)"])
 def test_checks_fail_the_wrong_answers_learners_write_and_say_where(check, args, kwargs, says):
     report = check(*args, quiet=True, **kwargs)

@@ -1081,7 +1081,8 @@ def test_a_sampler_that_draws_the_same_numbers_on_every_call_fails(seeding):
     verdict = oracle.check_sampler(own_seed, rows=200)
     failed = {c.name: c for c in verdict.failures()}
     assert set(failed) == {"draws fresh random numbers on every call"}, str(verdict)
-    assert "does it draw the same random numbers on every call" in failed["draws fresh random numbers on every call"].detail
+    assert "does it draw the same random numbers on every call" in \
+        failed["draws fresh random numbers on every call"].detail
     row = {c.name: c for c in oracle.check_sampler(known_bugs.textbook, rows=200).checks}
     assert row["draws fresh random numbers on every call"].passed
 

@@ -58,7 +58,7 @@ for name, sampler in [("rejection_sample", rejection_sample), *known_bugs.SAMPLE
 # oracle's per-test level, α = 1e-6 / 24: the oracle runs 24 G-tests per sampler (4
 # setups × 6: the joint, 4 position marginals, the emitted length), each at α / 24, so that an exact
 # sampler fails any of them with probability at most α = 1e-6 (Bonferroni). (The table above counts
-# 30 checks: those 24, the 4 impossible-event counts and the 2 exact invariants.)
+# 31 checks: those 24, the 4 impossible-event counts and the 3 exact invariants.)
 
 # %%
 ns = np.logspace(2, 6, 60).astype(int)
@@ -101,7 +101,7 @@ for setup, (p, q) in setups().items():
 # %% [markdown]
 # About 0.04 to 0.09 in three setups (none in `one_hot`, where a greedy target leaves nothing to
 # resample from): larger than the 0.02 of the curve. By the same bound, 0.05 needs about 14
-# thousand rows to be caught almost surely (0.04 about 22 thousand, 0.09 about 4); but the curve is
+# thousand rows to be caught almost surely (0.04 about 22 thousand, 0.09 about 4 thousand); but the curve is
 # only a lower bound (the
 # non-centrality is *at least* `4 n tv²`, and a marginal or the emitted length pools far fewer
 # cells than 60), so try it, one run per size:

@@ -24,6 +24,12 @@
 #
 # * target cache: the first `m − 1` tokens of the sequence (the last one is fed at the next verify);
 # * draft cache: a prefix `d < m` (it catches up on the rest before drafting).
+#
+# To watch the roll-back happen, the cell below hooks into the loop. `speculative_generate` runs
+# each part of a step through a function it takes from `phases`, a `Phases` record (chapter 08
+# builds a whole step from them); `rollback_phase` is the one that truncates the caches. Passing
+# `phases=dataclasses.replace(Phases(), rollback=recording_rollback)` swaps in a wrapper that notes
+# the target cache's lengths before and after calling it, and changes nothing else.
 
 # %%
 import dataclasses

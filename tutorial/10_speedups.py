@@ -65,9 +65,11 @@ plt.show()
 # of three runs; on a busy machine they can differ by far more: run the cells again when it is
 # quiet). At larger batches one effect the formula leaves out pulls the measurement below
 # it: a batch steps until its *slowest* sequence is done, so its pace is the slowest sequence's
-# tokens per step, not the mean. Compare the verify and draft columns across batches: where the
-# verify call costs more regular steps, both curves fall. How fast that happens depends on the
-# machine, which is why the costs are measured rather than assumed.
+# tokens per step, not the mean. Compare the verify and draft columns across batches: the
+# prediction divides by one verify plus k draft calls, so where the verify call costs more regular
+# steps it falls, unless the draft calls cost fewer at the same time (a draft call's fixed cost
+# weighs less against a larger regular step), which can hold it level. How these costs move with
+# the batch depends on the machine, which is why they are measured rather than assumed.
 #
 # The costs above are timed inside the loop (`measure_run` in `minibass/course/checks.py`): a step's
 # verify share includes the rejection step, emitting and roll-back, and a draft call includes its
@@ -133,8 +135,8 @@ plt.show()
 for hw in cm.GPUS:
     critical = cm.critical_batch(llama7b, hw, tokens=5, context=512)
     ratio = cm.step_time(llama7b, hw, 256, 5, 512) / cm.step_time(llama7b, hw, 256, 1, 512)
-    print(f"{hw.name}: a verify of 5 tokens per sequence (512 cached) turns compute-bound at batch "
-          + (f"{critical}" if critical is not None else "never, whatever the batch")
+    print(f"{hw.name}: a verify of 5 tokens per sequence (512 cached) turns compute-bound "
+          + (f"at batch {critical}" if critical is not None else "at no batch size")
           + f"; at batch 256 it costs {ratio:.2f} regular steps")
 
 # %% [markdown]
@@ -199,7 +201,8 @@ print(f"with a 160M-shape draft and k = 4, the model reaches the paper's 2.15x a
 # at batch 1, 4 and 16 against the cost model (each step: one verify and `k` draft calls, and each
 # sequence emits E[tokens | alpha, k]), where it must come within 5 %, then compares it with live runs
 # at batch 1 (the medians of three rounds, calibration and live runs taking turns), where within
-# 25 % passes.
+# 25 % passes. (`regular` is there to compare with, as in the plot above: tokens per second need
+# only the speculative step's own costs.)
 
 # %%
 from minibass.draft_length import expected_tokens

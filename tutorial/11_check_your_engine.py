@@ -62,7 +62,7 @@ plt.show()
 # %% [markdown]
 # The planted bug is far past the threshold on the joint rows and on the bonus token's marginal
 # (under `zero_mass_q` the marginal needs more rows: inside the threshold at the tests' 5,000,
-# six times past it at a learner's 50,000). In the one-hot setup it is invisible: the target's
+# six to seven times past it at a learner's 50,000). In the one-hot setup it is invisible: the target's
 # greedy tokens at positions 3 and 4 are the same, so the wrong row gives the right token. It stays
 # inside the threshold on the other rows, the emitted length included: the bug changes which token
 # comes last, not how many. One more failing row, not drawn, counts impossible events: under top-k
@@ -102,6 +102,9 @@ print(oracle.check_given_uniforms(adapters.transformers_given_uniforms))
 # (`sampling=minibass.SamplingParams(temperature=0.7, top_k=4, top_p=0.9)`) checks it.
 
 # %%
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # no "Loading weights" bars for the oracle's two tiny models
 generator_verdict = oracle.check_generator(adapters.transformers_generator, samples=size(600, 3_000), n_tokens=4)
 print(generator_verdict)
 

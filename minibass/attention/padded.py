@@ -89,9 +89,11 @@ def padded_forward(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionM
     if tq <= per_block:  # every step but a long prefill: all the queries in one block
         out = attend_block(q_pad, k, v, hidden, scale)  # (B, Hk, Tq*G, D)
     else:  # blocks of whole queries, so that the scores held at once stay within SCORE_ELEMENTS
-        out = torch.cat([attend_block(q_pad[:, :, t0 * group:(t0 + per_block) * group], k, v,
-                                      None if hidden is None else hidden[:, t0:t0 + per_block], scale)
-                         for t0 in range(0, tq, per_block)], dim=2)  # (B, Hk, Tq*G, D)
+        out = q_pad.new_empty(q_pad.shape)  # (B, Hk, Tq*G, D), each block written in place
+        for t0 in range(0, tq, per_block):
+            rows = slice(t0 * group, (t0 + per_block) * group)
+            out[:, :, rows] = attend_block(q_pad[:, :, rows], k, v,
+                                           None if hidden is None else hidden[:, t0:t0 + per_block], scale)
     out = out.view(batch, n_kv_heads, tq, group, head_dim)  # (B, Hk, Tq, G, D)
     out = out.transpose(1, 2) if uniform else out[meta.seq_ids, :, meta.offsets]  # (B, Tq, Hk, G, D) or (N, Hk, G, D)
     return out.reshape(total_q, n_heads, head_dim).to(q.dtype)  # (total_q, H, D)

@@ -437,6 +437,9 @@ def check_step(report: Report, step_fn):
         if got != want:
             bad = next(b for b in range(len(prompts)) if got[b] != want[b])
             report.rows.append({"check": f"greedy, k={k}, sequence {bad}", "expected": want[bad], "got": got[bad]})
+            report.hint = report.hint or ("the phases run in minibass's order: draft, verify, accept, then emit "
+                                          "(the sequences grow, seq_lens with them), then rollback, which cuts "
+                                          "the caches to the new seq_lens")
         elif result.stats.accepted != accepted:  # right tokens, but the step returned something other than n
             step_no = next(i for i, (a, b) in enumerate(zip(result.stats.accepted, accepted)) if a != b) \
                 if len(result.stats.accepted) == len(accepted) else 0

@@ -22,7 +22,8 @@ and the samples are tested four ways: the joint event distribution, each positio
 emitted tokens (G-tests, ``stats.py``), plus impossible events. The joint row also reports the
 total variation between the observed and the exact event distribution. Exact
 invariants are probed separately: a draft token with p(x) = 0 is never accepted, p == q
-accepts everything, and the inputs are left unchanged.
+accepts everything, two calls on the same rows do not emit the same event in every row (a sampler
+must draw fresh random numbers from the generator it is given), and the inputs are left unchanged.
 
 False alarms: each of the m tests runs at alpha / m (Bonferroni), so a correct sampler fails
 with probability <= alpha, up to the chi-square approximation of each G-test (``stats.g_test``).

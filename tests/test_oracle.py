@@ -48,6 +48,21 @@ def test_every_known_bug_fails_and_the_statistic_itself_sees_it(bug):
     if bug == "residual_not_normalised":
         row = next(c for c in failed if c.name == "[temperature] impossible events")
         assert "which has no mass in the residual max(p - q, 0)" in row.detail
+    assert not any("returned swapped" in c.detail for c in verdict.checks)  # the hint is for swapped outputs only
+
+
+def test_outputs_returned_the_other_way_round_are_named():
+    """(next_tokens, num_accepted) for (num_accepted, next_tokens): with V = 4 and k = 3 both fit in 0..3, so the
+    checks of form pass and the distribution tests fail; the joint rows say the outputs look swapped."""
+    def swapped(draft_tokens, draft_probs, target_probs, *, generator=None):
+        n, y = known_bugs.textbook(draft_tokens, draft_probs, target_probs, generator=generator)
+        return y, n
+
+    verdict = oracle.check_sampler(swapped, rows=BUG_ROWS)
+    joints = [c for c in verdict.checks if c.name.endswith("joint G-test")]
+    assert len(joints) == 4 and not any(c.passed for c in joints)
+    assert all(c.detail.startswith("read the other way round, as (next_tokens, num_accepted), the outputs pass this "
+                                   "test: are they returned swapped?") for c in joints), str(verdict)
 
 
 def test_why_an_event_is_impossible():

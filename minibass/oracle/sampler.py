@@ -121,6 +121,16 @@ def events(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_tokens: 
     return out
 
 
+def _fits_swapped(tokens, n, y, exact: dict, level: float) -> bool:
+    """Whether the events pass the joint test with the two outputs read the other way round: with V = 4 and
+    k = 3 a count and a token both lie in 0..3, so a sampler that returns (next_tokens, num_accepted) gets
+    past the checks of form and fails the distribution tests without a word about why."""
+    if len(y) == 0 or int(y.min()) < 0 or int(y.max()) > K or int(n.min()) < 0 or int(n.max()) >= V:
+        return False
+    possible, impossible = stats.split_impossible(events(tokens, y, n), exact)
+    return not impossible and stats.g_test(possible, exact).pvalue >= level
+
+
 def _call(fn, tokens, draft_probs, target_probs, generator):
     """Call the sampler on copies and check its outputs' form; returns (n, y, problem or ''): n and y are None
     where it raised or returned something malformed. A sampler that changed an input in place has that as
@@ -241,8 +251,11 @@ def check_sampler(fn, *, rows: int = 200_000, alpha: float = 1e-6, seed: int = 0
         tv = f"total variation {stats.total_variation(exact, observed):.4f}"
         if impossible and possible:  # the G-test sees only the possible events: say what is left among them
             tv += f", {stats.total_variation(exact, possible):.4f} among the possible events"
-        verdict.add_g_test(f"[{setup}] joint G-test", joint, level, what=f"{tv}; ",
-                           detail=stats.worst_cells(exact, possible, words=event_words))
+        detail = stats.worst_cells(exact, possible, words=event_words)
+        if (impossible or joint.pvalue < level) and _fits_swapped(tokens, n, y, exact, level):
+            detail = ("read the other way round, as (next_tokens, num_accepted), the outputs pass this test: are they "
+                      "returned swapped? The order is (num_accepted, next_tokens). " + detail)
+        verdict.add_g_test(f"[{setup}] joint G-test", joint, level, what=f"{tv}; ", detail=detail)
         powers.append(f"{setup} {stats.detectable_tv(rows, joint.dof, level):.4f}")
         views = [(f"position {j + 1} marginal" + (" (bonus token)" if j == K else ""),
                   stats.marginal_events(exact, observed, j),

@@ -19,6 +19,7 @@
 # also packed into $OUT/gpu-results.tgz after every step, so that what finished comes back even if
 # a later step runs out of time.
 # STEPS picks some of the steps (default: all): STEPS="sync attention" bash scripts/gpu_check.sh
+# The exit status is 0 when every step passed, 1 when any failed or ran out of time (all still run).
 # Usage on a machine with a GPU and the dependencies installed:  PYTHONPATH=. bash scripts/gpu_check.sh
 # On an H200 on 2026-12-04 the whole check took 332 s (bench_results/gpu-check/README.md, run 3).
 set -uo pipefail
@@ -27,8 +28,10 @@ mkdir -p "$RESULTS"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 started=$(date +%s)
 
+failed=()
 pack() {
     echo "== $1 finished at +$(( $(date +%s) - started )) s (exit $2)" | tee -a "$RESULTS/steps.txt"
+    if [ "$2" -ne 0 ]; then failed+=("$1"); fi
     if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-results.tgz" -C "$RESULTS" .; fi
 }
 
@@ -59,4 +62,9 @@ want speculative && step speculative-cuda 190 python -m minibass.bench speculati
 want decode && step decode-cuda 60 python -m minibass.bench decode --device cuda --batch-sizes 1 8 32 --reps 3 \
     --backends default padded split ragged --out "$RESULTS/decode-cuda.json"
 want course && MINIBASS_COURSE_FAST=1 step course-10 40 python tutorial/10_speedups.py
-echo "all steps done in $(( $(date +%s) - started )) s"
+if [ ${#failed[@]} -eq 0 ]; then
+    echo "all steps done in $(( $(date +%s) - started )) s"
+else  # every step still ran; the exit status says that some did not pass
+    echo "steps done in $(( $(date +%s) - started )) s; failed: ${failed[*]}"
+    exit 1
+fi

@@ -5,14 +5,19 @@ CUDA tensor, a data-dependent shape, a blocking copy) raises. Run on a GPU machi
     PYTHONPATH=. python scripts/gpu_sync_check.py
 """
 
+import argparse
 import sys
 import tempfile
 import traceback
 
 import torch
 
-import minibass
-from minibass.bench.common import random_llama
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+if not torch.cuda.is_available():
+    sys.exit("error: this check needs a CUDA GPU, and torch sees none here")
+
+import minibass  # noqa: E402 (after the check, so that --help and the refusal come at once)
+from minibass.bench.common import random_llama  # noqa: E402
 
 with tempfile.TemporaryDirectory() as folder:
     model = minibass.load_model(random_llama(folder, layers=2, hidden=128, heads=4, kv_heads=2), device="cuda")

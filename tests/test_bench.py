@@ -46,6 +46,42 @@ def test_bad_options_are_one_line_usage_errors(argv, message, capsys):
     assert re.search(message, usage_error(argv, capsys))
 
 
+def test_an_unwritable_result_path_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    """Said at once, not as a traceback when the file is written at the end of the run."""
+    from minibass.bench import attention
+
+    monkeypatch.setattr(attention, "run", lambda *a, **k: pytest.fail("ran before checking --out"), raising=False)
+    (tmp_path / "a_file").write_text("")
+    for argv, message in [
+        (["attention", "--quick", "--out", str(tmp_path / "a_file" / "x.json")], "a_file is a file, not a folder"),
+        (["attention", "--quick", "--out", str(tmp_path)], "is a folder: --out and --plot name files"),
+        (["peers", "--plot", str(tmp_path / "a_file" / "x.png")], "a_file is a file, not a folder"),
+        (["policies", "--out", str(tmp_path / "a_file" / "x.json")], "a_file is a file, not a folder"),
+    ]:
+        assert message in usage_error(argv, capsys)
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    """Installed without the bench extra, a run would otherwise end in an ImportError after all its work."""
+    from minibass.bench import common
+
+    real = common.importlib.util.find_spec
+    monkeypatch.setattr(common.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else real(name))
+    message = usage_error(["attention", "--quick", "--plot", str(tmp_path / "a.png")], capsys)
+    assert "needs matplotlib, which this environment lacks: pip install 'minibass[bench]'" in message
+
+
+def test_what_minibass_refuses_during_a_run_is_one_line(monkeypatch, capsys):
+    """A run whose sizes pass its options but not the model (a prompt plus new tokens past max_seq_len)."""
+    from minibass.bench import decode
+
+    def refuses(argv):
+        raise ValueError("prompts[0] (32 tokens) + max_new_tokens (5000) exceeds the model's max_seq_len (2048)")
+
+    monkeypatch.setattr(decode, "main", refuses)
+    assert "exceeds the model's max_seq_len" in usage_error(["decode", "--new-tokens", "5000"], capsys)
+
+
 def test_help_lists_the_benchmarks(capsys):
     bench_cli.main(["--help"])
     out = capsys.readouterr().out

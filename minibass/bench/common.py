@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
+import os
 import platform
 import shlex
 import statistics
@@ -81,9 +83,21 @@ def result_path(parser: argparse.ArgumentParser, args: argparse.Namespace, stem:
     ``--out`` or ``--plot`` counts as an option too: a run that names one of its files writes the file it
     leaves unnamed under ``build/bench/``."""
     if given:
-        return Path(given)
-    changed = [k for k, v in vars(args).items() if k not in KEPT and v != parser.get_default(k)]
-    return (TRIALS if changed else RESULTS) / stem
+        path = Path(given)
+    else:
+        changed = [k for k, v in vars(args).items() if k not in KEPT and v != parser.get_default(k)]
+        path = (TRIALS if changed else RESULTS) / stem
+    # Said now, before the run, not when the file is written at its end.
+    if path.is_dir():
+        parser.error(f"{path} is a folder: --out and --plot name files")
+    above = next((folder for folder in path.parents if folder.exists()), None)  # the nearest existing folder above
+    if above is not None and not above.is_dir():
+        parser.error(f"cannot write {path}: {above} is a file, not a folder")
+    if above is not None and not os.access(above, os.W_OK):
+        parser.error(f"cannot write {path}: {above} is not writable")
+    if path.suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
+        parser.error(f"the plot {path} needs matplotlib, which this environment lacks: pip install 'minibass[bench]'")
+    return path
 
 
 def provenance(device: str) -> dict:

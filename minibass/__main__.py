@@ -232,6 +232,7 @@ def demo(args) -> int:
             raise ValueError(f"{option} must be >= 1, got {value}")
     # each once; a bad one said now, not after loading and a first run
     policies = list(dict.fromkeys(parse_draft_length(p) for p in args.draft_lengths))
+    minibass.sampling.SeedStreams(args.seed, 1)  # a bad seed, likewise
     target, draft, tokenizer = _load(args)
     if draft is None:
         raise ValueError("the demo compares speculative decoding against regular decoding: give --draft too")
@@ -358,6 +359,10 @@ def generate(args) -> int:
     """Decodes the given prompts with a target (and a draft: then speculatively)."""
     import minibass
 
+    draft_length = parse_draft_length(args.draft_length or "dynamic")  # a bad one said before anything loads
+    minibass.sampling.SeedStreams(args.seed, 1)  # a bad seed, likewise
+    if args.target and not args.draft and args.draft_length is not None:
+        raise ValueError("--draft-length needs --draft: a target alone decodes without a draft")
     target, draft, tokenizer = _load(args)
     prompts = [tokenizer.encode(p) for p in args.prompt]  # the tokenizer's default: a BOS where it adds one
     eos = None if args.ignore_eos else _eos_ids(args.target or _demo_target(), tokenizer)
@@ -366,7 +371,7 @@ def generate(args) -> int:
         result = minibass.generate(target, prompts, args.max_new_tokens, **common)
     else:
         result = minibass.speculative_generate(target, draft, prompts, args.max_new_tokens,
-                                               draft_length=parse_draft_length(args.draft_length), **common)
+                                               draft_length=draft_length, **common)
     s = result.stats
     completions = [tokenizer.decode(t) for t in result.tokens]
     if args.json:
@@ -431,8 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens and any tied with the k-th (default 0: all)")
     p.add_argument("--top-p", type=float, default=1.0,
                    help="keep the most likely tokens up to this probability mass (default 1.0: all)")
-    p.add_argument("--draft-length", default="dynamic",
-                   help="an int, 'dynamic' (BASS Algorithm 1, the default), 'per-sequence' or 'auto' (cost-aware)")
+    p.add_argument("--draft-length", default=None,
+                   help="an int, 'dynamic' (BASS Algorithm 1, the default), 'per-sequence' or 'auto' (cost-aware); "
+                        "speculative decoding only (the demo pair, or --target with --draft)")
     p.add_argument("--prompt", action="append", required=True,
                    help="a text prompt, encoded as the tokenizer encodes by default (with its BOS token where "
                         "it adds one, as transformers' pipelines do); repeat for a batch")

@@ -217,6 +217,26 @@ def test_generate_encodes_prompts_as_the_tokenizer_does_by_default(monkeypatch, 
     assert prompts == [[[7] + tokenizer.encode("import os", add_special_tokens=False)]]
 
 
+def test_generate_refuses_a_draft_length_it_would_not_use(decode_calls, capsys):
+    """A target alone decodes without a draft: a --draft-length there would be ignored without a word. A bad
+    one is refused before anything loads, with or without a draft."""
+    target_dir, _ = zoo.demo_paths()
+    code, _, err = _exit(["generate", "--target", str(target_dir), "--prompt", "x", "--draft-length", "3"], capsys)
+    assert code == 2 and "--draft-length needs --draft" in err and not decode_calls
+    code, _, err = _exit(["generate", "--target", str(target_dir), "--prompt", "x", "--draft-length", "bogus"], capsys)
+    assert code == 2 and "got 'bogus'" in err and not decode_calls
+    code, _, err = _exit(["generate", "--prompt", "x", "--max-new-tokens", "2", "--ignore-eos"], capsys)
+    assert code == 0 and decode_calls[-1][1]["draft_length"] == "dynamic"  # the demo pair: BASS's length by default
+
+
+@pytest.mark.parametrize("command", ["demo", "generate"])
+def test_a_bad_seed_is_refused_before_the_models_load(command, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_load", lambda args: pytest.fail("loaded the models before checking the seed"))
+    argv = [command, "--seed", "-1"] + (["--prompt", "x"] if command == "generate" else [])
+    code, _, err = _exit(argv, capsys)
+    assert code == 2 and "seed must be None, an int in [0, 2**63)" in err and "got -1" in err
+
+
 def test_generate_json_reports_the_runs_own_stats(decode_calls, capsys):
     argv = ["generate", "--prompt", "import os\n", "--prompt", "x = [", "--max-new-tokens", "6", "--draft-length", "2",
             "--ignore-eos", "--json"]

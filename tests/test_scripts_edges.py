@@ -333,6 +333,7 @@ class _SyncSpy:
 def _gpu_sync_check(monkeypatch, spy) -> object:
     from minibass.bench import common
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", spy.set_sync_debug_mode)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(common, "random_llama", lambda folder, **shape: spy.loaded.append(shape) or Path(folder))
@@ -357,6 +358,15 @@ def test_gpu_sync_check_runs_a_decode_and_a_ragged_step_of_every_backend_with_sy
     out = capsys.readouterr().out.splitlines()
     assert out == [f"{name}: decode and ragged steps ran with no host synchronisation"
                    for name in ("padded", "split", "ragged", "default")]
+
+
+def test_gpu_sync_check_takes_help_and_says_at_once_that_it_needs_a_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(minibass, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    assert run_as_main(SCRIPTS / "gpu_sync_check.py", ["--help"], monkeypatch) == 0
+    assert "set_sync_debug_mode" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert run_as_main(SCRIPTS / "gpu_sync_check.py", [], monkeypatch) == \
+        "error: this check needs a CUDA GPU, and torch sees none here"
 
 
 def test_gpu_sync_check_names_every_backend_that_synchronised_and_goes_on_after_one(monkeypatch, capsys):

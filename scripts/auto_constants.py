@@ -28,6 +28,7 @@ import argparse
 import json
 import random
 import statistics
+from pathlib import Path
 
 from minibass.bench.policies import CallCosts, replay
 from minibass.draft_length import CostAwareDraftLength
@@ -82,7 +83,11 @@ def main(argv=None):
     # A cell: the worst over prompt sets, then the mean. For a ratio of speeds the worst is the lowest; for
     # steps behind, the most.
     measure, worst_of, form = ((steps_behind, max, "{:+.2f}") if args.in_steps else (relative_speed, min, "{:.3f}"))
-    payload = json.load(open(args.json))
+    for pull, memory in ((p, m) for p in args.pulls for m in args.memories):
+        CostAwareDraftLength(pull=pull, memory=memory)  # a bad constant said before anything is printed
+    payload = json.loads(Path(args.json).read_text())
+    if not isinstance(payload, dict) or not {"runs", "new_tokens", "k_max", "provenance"} <= payload.keys():
+        raise ValueError(f"{args.json} is not the JSON of `python -m minibass.bench policies` (no recorded runs)")
     runs, new_tokens, k_max = payload["runs"], payload["new_tokens"], payload["k_max"]
     if len(runs) < max(BATCH_SIZES):  # each prompt set must fill a whole batch at every batch size
         parser.error(f"{args.json} holds {len(runs)} sequences; batches of {max(BATCH_SIZES)} need at least "
@@ -113,4 +118,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from minibass.bench.common import run_script
+
+    run_script(main)

@@ -72,4 +72,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from minibass.bench.common import run_script
+
+    run_script(main)

@@ -42,6 +42,10 @@ def main(argv=None) -> None:
     parser.add_argument("--draft", type=Path, required=True, help="a Hugging Face folder of a Llama-family draft")
     parser.add_argument("--out", type=Path, required=True, help="the folder to write the deeper draft to")
     args = parser.parse_args(argv)
+    if not (args.draft / "config.json").is_file():
+        raise FileNotFoundError(f"{args.draft} is not a checkpoint folder (no config.json)")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a file; it names the folder to write the deeper draft to")
     from transformers import AutoModelForCausalLM
 
     from minibass.loading import hf_dtype
@@ -55,4 +59,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from minibass.bench.common import run_script
+
+    run_script(main)

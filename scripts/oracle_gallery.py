@@ -18,6 +18,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     args = parser.parse_args(argv)
+    if args.rows < 100:  # check_sampler's own floor, said before the table's header
+        raise ValueError(f"--rows must be >= 100, got {args.rows}")
     print("| bug | checks failed | rows with impossible events | strongest G-test failure | G | threshold |\n"
           "|---|---|---|---|---|---|")
     for name, fn in known_bugs.SAMPLERS.items():
@@ -30,4 +32,6 @@ def main(argv=None):
         print(f"| `{name}` | {len(failed)} of {len(verdict.checks)} | {impossible:,} | {cells} |", flush=True)
 
 if __name__ == "__main__":
-    main()
+    from minibass.bench.common import run_script
+
+    run_script(main)

@@ -50,6 +50,9 @@ def main(argv=None):
                         help="script: the training script's 32 (default); every-file: two from each held-out file")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    for option, value in (("--seeds", args.seeds), ("--batch", args.batch), ("--rounds", args.rounds)):
+        if value < 1:  # said now, not after the acceptance runs
+            raise ValueError(f"{option} must be >= 1, got {value}")
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.target)
@@ -91,4 +94,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from minibass.bench.common import run_script
+
+    run_script(main)

@@ -17,7 +17,7 @@ import argparse
 import tempfile
 
 import minibass
-from minibass.bench.common import call_ms, probability, random_llama
+from minibass.bench.common import call_ms, probability, random_llama, run_script
 from minibass.draft_length import expected_tokens
 
 
@@ -31,6 +31,15 @@ def main(argv=None):
                         help="LAYERSxHIDDEN")
     parser.add_argument("--drafts", nargs="+", default=["2x128", "1x192", "1x128", "1x96"])
     args = parser.parse_args(argv)
+    for option, value in (("--batch", args.batch), ("--context", args.context), ("--k", args.k)):
+        if value < 1:
+            raise ValueError(f"{option} must be >= 1, got {value}")
+    for spec in args.targets + args.drafts:
+        layers, _, hidden = spec.partition("x")
+        if not (layers.isdecimal() and hidden.isdecimal() and int(layers) >= 1 and int(hidden) >= 64
+                and int(hidden) % max(2, int(hidden) // 32) == 0):
+            raise ValueError(f"a shape is LAYERSxHIDDEN, layers >= 1 and hidden >= 64 split evenly into "
+                             f"max(2, hidden // 32) heads (e.g. 12x256), got {spec!r}")
     shapes = {}
     with tempfile.TemporaryDirectory() as folder:
         for spec in dict.fromkeys(args.targets + args.drafts):
@@ -56,4 +65,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

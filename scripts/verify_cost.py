@@ -29,7 +29,7 @@ from transformers import AutoConfig
 import minibass
 from minibass import costmodel as cm
 from minibass import zoo
-from minibass.bench.common import call_ms
+from minibass.bench.common import call_ms, run_script
 
 
 def main(argv=None):
@@ -44,6 +44,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if min(args.tokens) < 1 or args.batch < 1 or args.rounds < 1 or 1 not in args.tokens:
         raise ValueError("--tokens must be >= 1 and include 1; --batch and --rounds must be >= 1")
+    if args.reps < 1 or args.context < 0 or (args.threads is not None and args.threads < 1):
+        raise ValueError("--reps and --threads must be >= 1, --context >= 0")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     folder = args.target or zoo.demo_paths()[0]
@@ -73,4 +75,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

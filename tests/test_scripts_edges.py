@@ -41,6 +41,27 @@ def run_as_main(path: Path, argv: list[str], monkeypatch) -> object:
     return None
 
 
+@pytest.mark.parametrize("name,argv,says", [
+    ("pair_shapes", ["--drafts", "2x0"], "a shape is LAYERSxHIDDEN"),
+    ("pair_shapes", ["--k", "0"], "--k must be >= 1, got 0"),
+    ("verify_cost", ["--reps", "0"], "--reps and --threads must be >= 1"),
+    ("auto_constants", ["--json", "bench_results/decode-cpu.json"], "is not the JSON of `python -m minibass.bench "
+                                                                    "policies`"),
+    ("auto_constants", ["--pulls", "-1"], "pull must be >= 0"),
+    ("oracle_gallery", ["--rows", "0"], "--rows must be >= 100"),
+    ("grow_draft", ["--draft", "no/such/folder", "--out", "x"], "is not a checkpoint folder (no config.json)"),
+    ("pair_acceptance", ["--draft", "x", "--batch", "0", "--out", "x.json"], "--batch must be >= 1, got 0"),
+    ("host_work", ["--batch", "0"], "--batch, --draft-length, --rounds and --threads must be >= 1"),
+    ("grad_mode", ["--rounds", "0"], "--batch, --draft-length and --rounds must be >= 1"),
+])
+def test_a_script_refuses_bad_options_in_one_line_before_its_work(name, argv, says, monkeypatch, capsys):
+    """As the package's commands do: ``error: ...`` on stderr, exit status 2, no traceback, nothing printed first."""
+    monkeypatch.chdir(ROOT)
+    assert run_as_main(SCRIPTS / f"{name}.py", argv, monkeypatch) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: ") and says in err and "Traceback" not in err and not out.strip(), (out, err)
+
+
 # --- grow_draft.py -----------------------------------------------------------------------------------------------
 
 def test_grow_draft_copies_the_tokenizer_but_not_the_card_and_writes_float32(tmp_path, capsys):

@@ -38,6 +38,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (usage: {self.prog} --help)\n")
 
 
+def run_script(main) -> None:
+    """Runs a script's ``main()`` from the command line: what it refuses (a ``ValueError``, a missing file) is one
+    line on stderr and exit status 2, as ``python -m minibass`` and the benches say it. (Called directly, ``main``
+    raises, which is what the tests look for.)"""
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an int >= 1."""
     try:

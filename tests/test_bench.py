@@ -46,6 +46,18 @@ def test_bad_options_are_one_line_usage_errors(argv, message, capsys):
     assert re.search(message, usage_error(argv, capsys))
 
 
+def test_options_given_twice_are_one_and_quick_does_not_override_sizes_silently(capsys):
+    from minibass.bench import common
+
+    parser = common.Parser(prog="x")
+    parser.add_argument("--backends", nargs="+", default=["padded"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1])
+    args = common.parse(parser, ["--backends", "padded", "split", "padded", "--batch-sizes", "4", "1", "4"], "x")
+    assert args.backends == ["padded", "split"] and args.batch_sizes == [4, 1]  # the order given, each once
+    message = usage_error(["attention", "--quick", "--batches", "2", "--spreads", "0.5"], capsys)
+    assert "--quick sets its own sizes; leave out --batches, --spreads or --quick" in message
+
+
 def test_an_unwritable_result_path_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
     """Said at once, not as a traceback when the file is written at the end of the run."""
     from minibass.bench import attention

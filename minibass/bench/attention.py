@@ -169,6 +169,10 @@ def main(argv=None):
     out = result_path(parser, args, f"attention-{kind}.json", args.out)
     plot = result_path(parser, args, f"attention-{kind}.png", args.plot)
     if args.quick:
+        sized = [f"--{name.replace('_', '-')}" for name in ("batches", "new_tokens", "spreads", "reps")
+                 if getattr(args, name) != parser.get_default(name)]
+        if sized:
+            parser.error(f"--quick sets its own sizes; leave out {', '.join(sized)} or --quick")
         args.batches, args.new_tokens, args.spreads, args.reps = [1, 8], [4], [0.0, 0.95], 2
     run(args.device, args.batches, args.new_tokens, args.spreads, args.reps, out, plot)
 

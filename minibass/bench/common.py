@@ -75,6 +75,9 @@ def parse(parser: argparse.ArgumentParser, argv, name: str) -> argparse.Namespac
     """Parses a benchmark's options, checks ``--device`` (if it has one) and records the command line."""
     global COMMAND
     args = parser.parse_args(argv)
+    for option, value in vars(args).items():  # a value given twice (--backends padded padded) is one cell, not two
+        if isinstance(value, list):
+            setattr(args, option, list(dict.fromkeys(value)))
     words = sys.argv[1:] if argv is None else [name, *argv]
     COMMAND = shlex.join(["python", "-m", "minibass.bench", *words])
     if hasattr(args, "device"):

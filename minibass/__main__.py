@@ -107,7 +107,10 @@ def _reading(rows, costs_by_batch: dict, batch: int, k: int) -> str:
     alpha = alpha_from_accepted(fixed["mean_accepted"], k)
     probe = costs_by_batch[batch]["regular"]  # a regular step of that round against the probe printed just above
     lines = []
-    if r > 2 * probe:
+    # A regular step of the run includes its share of the prefill: with only a few steps a batch (a small
+    # --max-new-tokens) the prefill alone makes it dearer than the probe's 1-token step, and that is no stall.
+    few_steps = fixed["paired_regular_steps"] / fixed["batches"] < 8
+    if r > 2 * probe and not few_steps:
         lines.append(f"Caution: in the round read below, a regular step took {r:.2f} ms, {r / probe:.1f} times the "
                      f"{probe:.2f} ms of the probe above: the machine stalled during that round's regular run, so its "
                      f"ratios (and the table's) are off; run the demo again, or with --repeats 7 for the median of "

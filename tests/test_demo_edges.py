@@ -300,6 +300,10 @@ def test_the_reading_warns_of_a_round_two_and_a_half_times_slower_than_the_probe
         "Caution: in the round read below, a regular step took 25.00 ms, 2.5 times the 10.00 ms of the probe above")
     assert cli._reading([_row(20.0)], probe, 8, 2).startswith("Reading:")
     assert cli._reading([_row(5.0)], probe, 8, 2).startswith("Reading:")
+    # A run of a few new tokens a batch: its regular step is mostly its share of the prefill, not a stall.
+    assert cli._reading([_row(25.0, paired_regular_steps=7, steps=3)], probe, 8, 2).startswith("Reading:")
+    assert cli._reading([_row(25.0, paired_regular_steps=14, steps=6, batches=2)], probe, 8, 2).startswith("Reading:")
+    assert cli._reading([_row(25.0, paired_regular_steps=16, steps=6)], probe, 8, 2).startswith("Caution:")
 
 
 def test_the_reading_notes_a_prediction_that_rises_by_a_fifth_with_the_batch():

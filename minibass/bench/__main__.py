@@ -26,11 +26,10 @@ def main(argv=None):
         got = f"unknown benchmark {argv[0]!r}" if argv else "no benchmark named"
         print(f"error: {got} ({USAGE}; --help lists them)", file=sys.stderr)
         sys.exit(2)
-    try:  # each checks its options first (one-line errors); what minibass refuses later is said in one line too
-        importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
-    except (ValueError, FileNotFoundError, ImportError) as error:  # as ``python -m minibass`` does
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    from .common import run_script
+
+    # Each checks its options first (one-line errors); what minibass refuses later is said in one line too.
+    run_script(lambda: importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:]))
 
 
 if __name__ == "__main__":

@@ -39,12 +39,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def run_script(main) -> None:
-    """Runs a script's ``main()`` from the command line: what it refuses (a ``ValueError``, a missing file) is one
-    line on stderr and exit status 2, as ``python -m minibass`` and the benches say it. (Called directly, ``main``
-    raises, which is what the tests look for.)"""
+    """Runs a benchmark's or a script's ``main()`` from the command line: what it refuses (a ``ValueError``, a
+    missing file or dependency) is one line on stderr and exit status 2, as ``python -m minibass`` says it. (Called
+    directly, ``main`` raises, which is what the tests look for.)"""
     try:
         main()
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
 

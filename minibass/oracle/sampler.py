@@ -175,6 +175,12 @@ def _invariant(verdict: Verdict, name: str, measured: str, bad: int | None, prob
     verdict.add(name, measured, float("inf") if problem else bad, 0, detail=detail)
 
 
+def _drafted(q: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Draft tokens [B, K], each position drawn from its own row of q [B, K, V] (no context between them)."""
+    return torch.stack([sample_from(q[:, i], torch.rand(len(q), generator=generator, dtype=torch.float64))
+                        for i in range(K)], 1)
+
+
 def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> None:
     """The exact invariants, each on its own probe batch."""
     # p(x) = 0: q uniform, p zero on tokens 1 and 3 at every position.
@@ -189,8 +195,7 @@ def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> 
     # p == q: every draft accepted.
     q = torch.softmax(torch.randn(rows, K, V, generator=generator, dtype=torch.float64), -1)
     p = torch.cat([q, q[:, :1]], 1)
-    tokens = torch.stack([sample_from(q[:, i], torch.rand(rows, generator=generator, dtype=torch.float64))
-                          for i in range(K)], 1)
+    tokens = _drafted(q, generator)
     n, y, problem = _call(fn, tokens, q, p, generator)
     _invariant(verdict, "p == q accepts every draft", f"rows rejecting a draft, of {rows}",
                None if n is None else int((n != K).sum()), problem)
@@ -200,8 +205,7 @@ def _invariants(fn, verdict: Verdict, generator: torch.Generator, rows: int) -> 
     # is vanishing: p and q differ in every row, so each row's event is random.
     q = torch.softmax(torch.randn(rows, K, V, generator=generator, dtype=torch.float64), -1)
     p = torch.softmax(torch.randn(rows, K + 1, V, generator=generator, dtype=torch.float64), -1)
-    tokens = torch.stack([sample_from(q[:, i], torch.rand(rows, generator=generator, dtype=torch.float64))
-                          for i in range(K)], 1)
+    tokens = _drafted(q, generator)
     (n1, y1, problem1), (n2, y2, problem2) = _call(fn, tokens, q, p, generator), _call(fn, tokens, q, p, generator)
     problem = problem1 or problem2
     repeated = not problem and n1 is not None and n2 is not None and bool(((n1 == n2) & (y1 == y2)).all())
